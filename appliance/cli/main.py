@@ -1,0 +1,307 @@
+"""`appliance`: run, report, models, scenarios, import.
+
+Exit codes: 0 success, 1 a regression gate failed, 2 bad input or
+configuration (one line on stderr, no traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from appliance.offline import enforce_offline
+
+enforce_offline()
+
+from appliance.catalog import Catalog, load_catalog, locate_model_file  # noqa: E402
+from appliance.cli.render import print_leaderboard  # noqa: E402
+from appliance.errors import ApplianceError  # noqa: E402
+from appliance.judging.panels import get_panel  # noqa: E402
+from appliance.paths import default_models_file, judges_dir, project_root  # noqa: E402
+from appliance.report import build_leaderboard  # noqa: E402
+from appliance.runner import RunConfig, Runner, select_instances  # noqa: E402
+from appliance.scenarios import family_names, load_family  # noqa: E402
+from appliance.store import EpisodeRecord, Store  # noqa: E402
+
+DEFAULT_SUITE_LIMIT = 6
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
+models_app = typer.Typer(no_args_is_help=True, help="The models of models.toml.")
+scenarios_app = typer.Typer(no_args_is_help=True, help="Scenario families and their instances.")
+import_app = typer.Typer(no_args_is_help=True, help="Import other systems' formats.")
+app.add_typer(models_app, name="models")
+app.add_typer(scenarios_app, name="scenarios")
+app.add_typer(import_app, name="import")
+
+# Piped output (CI logs, tests) gets a wide console so tables are not truncated.
+console = Console(width=None if sys.stdout.isatty() else 200)
+error_console = Console(stderr=True)
+
+DbOption = Annotated[
+    Path | None, typer.Option("--db", help="DuckDB file (default: $APPLIANCE_DB or ./appliance.duckdb)")
+]
+ModelsOption = Annotated[Path | None, typer.Option("--models", help="models.toml to use")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
+
+
+def _catalog(models: Path | None) -> Catalog:
+    return load_catalog(models or default_models_file())
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+@app.command()
+def run(
+    scenario: Annotated[
+        list[str] | None, typer.Option("--scenario", help="scenario families (default: pingpong)")
+    ] = None,
+    players: Annotated[list[str] | None, typer.Option("--players", help="models under test (comma-separated)")] = None,
+    interrogator: Annotated[str | None, typer.Option(help="model playing the user")] = None,
+    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    seed: Annotated[int, typer.Option(help="run seed: instance sample and every request's seed")] = 0,
+    limit: Annotated[int, typer.Option(min=1, help="instances per scenario")] = DEFAULT_SUITE_LIMIT,
+    all_instances: Annotated[bool, typer.Option("--all", help="every instance (overrides --limit)")] = False,
+    parallel: Annotated[int, typer.Option(min=1, help="episodes live at once")] = 8,
+    resume: Annotated[str | None, typer.Option(help="resume a stored run by id (its config is reused)")] = None,
+    db: DbOption = None,
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a suite of episodes, store everything, print the leaderboard."""
+    catalog = _catalog(models)
+    with Store.open(db) as store:
+        if resume is not None:
+            config = RunConfig(**store.run(resume)["config"])
+        else:
+            player_names = _split(players) or catalog.defaults.players
+            if not player_names:
+                raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
+            interrogator_name = interrogator or catalog.defaults.interrogator or player_names[0]
+            config = RunConfig(
+                scenarios=_split(scenario) or ["pingpong"],
+                players=player_names,
+                interrogator=interrogator_name,
+                panel=get_panel(judges_dir() / "panels.toml", panel),
+                seed=seed,
+                limit=None if all_instances else limit,
+                parallel=parallel,
+                models_file=str(catalog.source),
+            )
+        for name in [*config.players, config.interrogator, *config.panel.judges]:
+            catalog.get(name)
+        families = [load_family(name) for name in config.scenarios]
+        runner = Runner(catalog, store)
+        with Progress(
+            TextColumn("[bold]episodes"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=error_console,
+            disable=as_json or not error_console.is_terminal,
+        ) as progress:
+            task = progress.add_task("loading models", total=None)
+
+            def planned(run_id: str, count: int) -> None:
+                progress.update(task, total=count, description=f"run {run_id}")
+
+            def episode_done(record: EpisodeRecord) -> None:
+                note = "" if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
+                progress.update(task, advance=1, description=note)
+
+            summary = runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
+        run_id = summary.run_id
+        boards = [build_leaderboard(store, run_id, scenario=name) for name in config.scenarios]
+    if as_json:
+        print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
+        return
+    for board in boards:
+        print_leaderboard(console, board)
+    cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
+    console.print(
+        f"Run {run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
+        f"{summary.episodes_skipped} already stored; {summary.wall_s:.1f} s; "
+        f"{summary.completion_tokens} tokens generated, {cached:.0%} of prompt tokens served from KV cache."
+    )
+    console.print(f"Results stored in {store.path.resolve()} (run id {run_id}).")
+
+
+@app.command()
+def report(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the leaderboard of a stored run with 95% bootstrap intervals."""
+    with Store.open(db, read_only=True) as store:
+        resolved = run_id or store.latest_run_id()
+        if resolved is None:
+            raise ApplianceError(f"{store.path}: no runs stored yet")
+        scenarios = store.run(resolved)["config"]["scenarios"]
+        boards = [build_leaderboard(store, resolved, scenario=name) for name in scenarios]
+    if as_json:
+        print(json.dumps([board.model_dump() for board in boards], default=str))
+        return
+    for board in boards:
+        print_leaderboard(console, board)
+
+
+@models_app.command("list")
+def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> None:
+    """Name, backend, file, size and presence of every model."""
+    catalog = _catalog(models)
+    rows = []
+    for spec in catalog.models.values():
+        try:
+            path: Path | None = locate_model_file(spec, catalog.source.parent, assemble=False)
+        except ApplianceError:
+            path = None
+        present = path is not None and path.exists()
+        size = path.stat().st_size if present and path is not None and path.is_file() else None
+        rows.append(
+            {
+                "name": spec.name,
+                "backend": spec.backend,
+                "source": spec.describe_source(),
+                "file": str(path) if path is not None else None,
+                "size_mb": None if size is None else round(size / 1e6, 1),
+                "present": present,
+                "note": "" if present or not spec.assemble else "assembled from its package on first use",
+            }
+        )
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title=f"models in {catalog.source}", title_justify="left")
+    for column in ("name", "backend", "source", "file", "size MB", "present"):
+        table.add_column(column)
+    for row in rows:
+        shown = "yes" if row["present"] else f"no {row['note']}".strip()
+        table.add_row(
+            str(row["name"]),
+            str(row["backend"]),
+            str(row["source"]),
+            str(row["file"] or "-"),
+            "-" if row["size_mb"] is None else str(row["size_mb"]),
+            shown,
+        )
+    console.print(table)
+
+
+@models_app.command("check")
+def models_check(
+    name: Annotated[str, typer.Argument(help="model name from models.toml")],
+    tokens: Annotated[int, typer.Option(min=1, max=512, help="tokens to generate")] = 16,
+    models: ModelsOption = None,
+) -> None:
+    """Load a model and generate a few tokens."""
+    from appliance.engine.factory import open_backend
+    from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
+
+    catalog = _catalog(models)
+    spec = catalog.get(name)
+    started = time.perf_counter()
+    backend = open_backend(catalog, spec, parallel=1)
+    loaded = time.perf_counter() - started
+    try:
+        request = GenerationRequest(
+            messages=(Message(role="user", content="Name three colours."),),
+            sampling=ResolvedSampling(temperature=0.0, max_tokens=tokens),
+        )
+        backend.submit(request)
+        results = []
+        while backend.busy:
+            results.extend(backend.step())
+    finally:
+        backend.close()
+    completion = results[0][1]
+    console.print(f"model '{name}' loaded in {loaded:.2f} s from {catalog.resolve_path(spec)}")
+    console.print(
+        f"generated {completion.completion_tokens} tokens in {completion.latency_s:.2f} s "
+        f"({completion.finish_reason}): {completion.text!r}"
+    )
+
+
+@scenarios_app.command("list")
+def scenarios_list(as_json: JsonOption = False) -> None:
+    """Scenario families and their instance counts."""
+    rows = []
+    for name in family_names():
+        family = load_family(name)
+        instances = family.instances()
+        languages = sorted({instance.language for instance in instances})
+        rows.append(
+            {
+                "name": name,
+                "instances": len(instances),
+                "default_run": len(select_instances(instances, DEFAULT_SUITE_LIMIT, 0)),
+                "languages": languages,
+                "description": family.description,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title=f"scenario families in {project_root() / 'scenarios'}", title_justify="left")
+    for column in ("name", "instances", "in default run", "languages", "description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["name"]),
+            str(row["instances"]),
+            str(row["default_run"]),
+            ", ".join(row["languages"]),  # type: ignore[arg-type]
+            str(row["description"]),
+        )
+    console.print(table)
+
+
+@import_app.command("pingpong-settings")
+def import_pingpong_settings(
+    path: Annotated[Path, typer.Argument(help="PingPong's settings_v2.json")],
+    out: Annotated[Path, typer.Option(help="folder for the converted cards and situations")] = Path(
+        "imported/pingpong"
+    ),
+) -> None:
+    """Convert PingPong's characters and situations; run them with --scenario pingpong:OUT."""
+    from appliance.scenarios.pingpong import import_settings
+
+    cards, situations = import_settings(path, out)
+    console.print(f"imported {cards} characters and {situations} situations into {out}")
+    console.print(f"run them with: appliance run --scenario pingpong:{out}")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except ApplianceError as error:
+        error_console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        error_console.print("interrupted: finished episodes are stored; resume with --resume RUN_ID")
+        sys.exit(130)
+    except typer.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as error:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(error, click.ClickException):
+            error.show()
+            sys.exit(error.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Terminal rendering of reports (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.report import Leaderboard
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(value: tuple[float, float] | None) -> str:
+    return "-" if value is None else f"[{value[0]:.2f}, {value[1]:.2f}]"
+
+
+def print_leaderboard(console: Console, board: Leaderboard) -> None:
+    table = Table(
+        title=f"{board.scenario} leaderboard, run {board.run_id} ({board.status}), panel '{board.panel}'",
+        title_justify="left",
+    )
+    for column in (
+        "model",
+        "LN score",
+        "95% CI",
+        "final",
+        "95% CI",
+        "in-char",
+        "entert.",
+        "fluent",
+        "refusals",
+        "median len",
+        "episodes",
+        "failed",
+        "unparsed",
+    ):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for row in board.rows:
+        table.add_row(
+            row.model,
+            _number(row.ln_score),
+            _interval(row.ln_score_ci),
+            _number(row.final),
+            _interval(row.final_ci),
+            _number(row.in_character),
+            _number(row.entertaining),
+            _number(row.fluent),
+            _number(row.refusal_ratio),
+            _number(row.median_length, 0),
+            str(row.episodes),
+            str(row.failed_episodes),
+            str(row.unparsed_verdicts),
+        )
+    console.print(table)
+    console.print(
+        f"Scores 1-5 (panel mean over judges, mean over turns, then over conversations); "
+        f"LN score = final x sqrt(global median / model median) for models above the global median "
+        f"length ({_number(board.global_median_length, 0)} chars). Intervals: bootstrap over conversations."
+    )

@@ -1,0 +1,46 @@
+"""The interface every backend offers to the scheduler.
+
+A backend is stepped: `submit` queues requests, each `step` advances every
+queued and running request by one decode step (one `llama_decode` over all
+live sequences for llama.cpp) and returns the requests that finished. The
+scheduler interleaves steps with the episodes that produce requests, which
+is what makes the batching continuous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from appliance.engine.types import Completion, GenerationRequest
+
+
+@dataclass
+class BackendCounters:
+    """Running totals for reports and benchmarks."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    decode_calls: int = 0
+
+
+class Backend(Protocol):
+    name: str
+    counters: BackendCounters
+
+    def submit(self, request: GenerationRequest) -> int:
+        """Queue a request; the returned ticket identifies its completion."""
+        ...
+
+    def step(self) -> list[tuple[int, Completion]]:
+        """Advance all work by one step; return the tickets that finished."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """Whether any submitted request has not finished yet."""
+        ...
+
+    def close(self) -> None: ...

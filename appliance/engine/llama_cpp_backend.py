@@ -1,0 +1,297 @@
+"""The llama.cpp backend: many sequences decoded together, KV kept between turns.
+
+Each slot is one llama.cpp sequence (`seq_id`) with its own KV stream. A
+slot remembers the tokens in its cache; a new request goes to the idle slot
+whose cache shares the longest prefix with its prompt (its own conversation
+when it returns), so only the new part of a conversation is prefilled. Every
+step puts one token of every decoding sequence and chunks of prefilling
+sequences into a single batch and calls `llama_decode` once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as C
+
+from appliance.engine.backend import BackendCounters
+from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
+from appliance.engine.llama_native import LlamaModel, TokenBatch, build_sampler_chain, free_sampler_chain
+from appliance.engine.types import Completion, FinishReason, GenerationRequest
+from appliance.errors import ApplianceError
+
+#: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
+MIN_SHARED_PREFIX = 64
+
+
+@dataclass
+class _Job:
+    ticket: int
+    request: GenerationRequest
+    prompt_tokens: list[int]
+    stop: tuple[str, ...]
+    submitted_at: float
+    sampler: Any = None
+    slot: _Slot | None = None
+    prefill_cursor: int = 0
+    cached_tokens: int = 0
+    pending_token: int | None = None
+    generated: list[int] = field(default_factory=list)
+    text_bytes: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
+class _Slot:
+    seq_id: int
+    cached: list[int] = field(default_factory=list)
+    key: str | None = None
+    last_used: float = 0.0
+    job: _Job | None = None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    limit = min(len(a), len(b))
+    index = 0
+    while index < limit and a[index] == b[index]:
+        index += 1
+    return index
+
+
+class LlamaCppBackend:
+    """Continuous batching over llama.cpp's low-level API."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        name: str,
+        chat_format: str = "gguf",
+        context_length: int = 2048,
+        slots: int = 8,
+        batch_tokens: int = 512,
+        threads: int | None = None,
+    ) -> None:
+        self.name = name
+        self.model = LlamaModel(model_path, name)
+        self.formatter: ChatFormatter = (
+            GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
+        )
+        params = C.llama_context_default_params()
+        params.n_ctx = context_length * slots
+        params.n_batch = batch_tokens
+        params.n_ubatch = batch_tokens
+        params.n_seq_max = slots
+        params.kv_unified = False  # one stream per sequence: same cell layout as decoding alone
+        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        params.no_perf = True
+        self.context = C.llama_init_from_model(self.model.handle, params)
+        if not self.context:
+            self.model.close()
+            raise ApplianceError(f"model '{name}': llama.cpp could not create a context of {params.n_ctx} tokens")
+        self.memory = C.llama_get_memory(self.context)
+        self.context_length = int(C.llama_n_ctx_seq(self.context))
+        self.batch_tokens = batch_tokens
+        self.batch = TokenBatch(batch_tokens)
+        self.slots = [_Slot(seq_id=index) for index in range(slots)]
+        self.waiting: deque[_Job] = deque()
+        self.counters = BackendCounters()
+        self._next_ticket = 0
+
+    # -- submission -------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> int:
+        formatted = (
+            FormattedPrompt(text=request.prompt, parse_special=False)
+            if request.prompt is not None
+            else self.formatter.render(request.messages)
+        )
+        text, stop, parse_special = formatted.text, formatted.stop, formatted.parse_special
+        tokens = self.model.tokenize(text, parse_special=parse_special)
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self.waiting.append(
+            _Job(
+                ticket=ticket,
+                request=request,
+                prompt_tokens=tokens,
+                stop=tuple(dict.fromkeys((*request.sampling.stop, *stop))),
+                submitted_at=time.perf_counter(),
+            )
+        )
+        self.counters.requests += 1
+        return ticket
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(slot.job is not None for slot in self.slots)
+
+    # -- the decode loop --------------------------------------------------
+
+    def step(self) -> list[tuple[int, Completion]]:
+        finished = self._admit_waiting()
+        self.batch.clear()
+        logit_owners: list[tuple[int, _Job]] = []
+        # Decoding sequences first: one token each keeps their latency low.
+        for slot in self.slots:
+            job = slot.job
+            if job is None or job.pending_token is None:
+                continue
+            index = self.batch.add(job.pending_token, len(slot.cached), slot.seq_id, True)
+            slot.cached.append(job.pending_token)
+            job.pending_token = None
+            logit_owners.append((index, job))
+        # Then prefill chunks within what is left of the batch.
+        for slot in self.slots:
+            job = slot.job
+            if job is None or job.prefill_cursor >= len(job.prompt_tokens):
+                continue
+            room = self.batch_tokens - len(self.batch)
+            if room <= 0:
+                break
+            end = min(len(job.prompt_tokens), job.prefill_cursor + room)
+            for position in range(job.prefill_cursor, end):
+                last = position == len(job.prompt_tokens) - 1
+                index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last)
+                if last:
+                    logit_owners.append((index, job))
+            slot.cached.extend(job.prompt_tokens[job.prefill_cursor : end])
+            job.prefill_cursor = end
+        if len(self.batch) == 0:
+            return finished
+        status = C.llama_decode(self.context, self.batch.raw)
+        self.counters.decode_calls += 1
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}'")
+        for index, job in logit_owners:
+            token = int(C.llama_sampler_sample(job.sampler, self.context, index))
+            outcome = self._accept_token(job, token)
+            if outcome is not None:
+                finished.append(self._finish(job, outcome))
+        return finished
+
+    def _accept_token(self, job: _Job, token: int) -> FinishReason | None:
+        """Record a sampled token; return a finish reason when the request is done."""
+        if self.model.is_end_of_generation(token):
+            return "stop"
+        job.generated.append(token)
+        job.text_bytes.extend(self.model.piece(token))
+        if job.stop:
+            text = job.text_bytes.decode("utf-8", errors="ignore")
+            if any(stop in text for stop in job.stop):
+                return "stop"
+        if len(job.generated) >= job.request.sampling.max_tokens:
+            return "length"
+        assert job.slot is not None
+        if len(job.slot.cached) + 1 >= self.context_length:
+            return "length"
+        job.pending_token = token
+        return None
+
+    # -- slots ------------------------------------------------------------
+
+    def _admit_waiting(self) -> list[tuple[int, Completion]]:
+        """Give waiting requests an idle slot, keeping whatever prefix its cache shares."""
+        rejected: list[tuple[int, Completion]] = []
+        while self.waiting:
+            idle = [slot for slot in self.slots if slot.job is None]
+            if not idle:
+                break
+            job = self.waiting.popleft()
+            if len(job.prompt_tokens) + 1 >= self.context_length:
+                rejected.append(self._reject_overflow(job))
+                continue
+            slot = self._choose_slot(idle, job)
+            keep = min(_common_prefix(slot.cached, job.prompt_tokens), len(job.prompt_tokens) - 1)
+            if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
+                # Sliding-window caches cannot always be cut in the middle: start over.
+                C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+                keep = 0
+            del slot.cached[keep:]
+            slot.job = job
+            slot.key = job.request.conversation_key
+            job.slot = slot
+            job.prefill_cursor = keep
+            job.cached_tokens = keep
+            job.sampler = build_sampler_chain(self.model, job.request.sampling, job.request.grammar)
+        return rejected
+
+    @staticmethod
+    def _choose_slot(idle: list[_Slot], job: _Job) -> _Slot:
+        """Own conversation first; then a free slot; then one sharing a long prefix; then LRU.
+
+        Taking a slot evicts the conversation cached there, so a short shared
+        prefix (a chat header) is not worth it; a shared rubric or transcript is.
+        """
+        key = job.request.conversation_key
+        if key is not None:
+            for slot in idle:
+                if slot.key == key:
+                    return slot
+        empty = [slot for slot in idle if not slot.cached]
+        if empty:
+            return empty[0]
+        shared, best = max(
+            ((_common_prefix(slot.cached, job.prompt_tokens), slot) for slot in idle),
+            key=lambda pair: (pair[0], -pair[1].last_used),
+        )
+        if shared >= MIN_SHARED_PREFIX:
+            return best
+        return min(idle, key=lambda slot: slot.last_used)
+
+    def _finish(self, job: _Job, reason: FinishReason) -> tuple[int, Completion]:
+        text = job.text_bytes.decode("utf-8", errors="replace")
+        if reason == "stop" and job.stop:
+            cut = min((text.find(stop) for stop in job.stop if stop in text), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+        slot = job.slot
+        assert slot is not None
+        slot.job = None
+        slot.last_used = time.perf_counter()
+        free_sampler_chain(job.sampler)
+        job.sampler = None
+        completion = Completion(
+            text=text,
+            finish_reason=reason,
+            prompt_tokens=len(job.prompt_tokens),
+            cached_prompt_tokens=job.cached_tokens,
+            completion_tokens=len(job.generated),
+            latency_s=time.perf_counter() - job.submitted_at,
+        )
+        self._count(completion)
+        return job.ticket, completion
+
+    def _reject_overflow(self, job: _Job) -> tuple[int, Completion]:
+        completion = Completion(
+            text="",
+            finish_reason="context_overflow",
+            prompt_tokens=len(job.prompt_tokens),
+            completion_tokens=0,
+            latency_s=time.perf_counter() - job.submitted_at,
+            error=(
+                f"prompt of {len(job.prompt_tokens)} tokens does not fit the context of "
+                f"{self.context_length} tokens of model '{self.name}'"
+            ),
+        )
+        self._count(completion)
+        return job.ticket, completion
+
+    def _count(self, completion: Completion) -> None:
+        self.counters.prompt_tokens += completion.prompt_tokens
+        self.counters.cached_prompt_tokens += completion.cached_prompt_tokens
+        self.counters.completion_tokens += completion.completion_tokens
+
+    def close(self) -> None:
+        for slot in self.slots:
+            if slot.job is not None and slot.job.sampler is not None:
+                free_sampler_chain(slot.job.sampler)
+        self.batch.close()
+        if self.context:
+            C.llama_free(self.context)
+            self.context = None
+        self.model.close()

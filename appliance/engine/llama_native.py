@@ -1,0 +1,175 @@
+"""Thin, typed wrappers over llama.cpp's C API (through llama-cpp-python's ctypes bindings).
+
+Only the low-level API is used: the high-level `Llama` class decodes one
+sequence at a time, and batching many sequences is the point of the engine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as C
+
+from appliance.engine.types import Message, ResolvedSampling
+from appliance.errors import ApplianceError
+
+_GGUF_MAGIC = b"GGUF"
+_initialised = False
+
+
+@C.llama_log_callback  # type: ignore[untyped-decorator]
+def _quiet_log(level: int, text: bytes, user_data: Any) -> None:
+    """llama.cpp logs every tensor it loads; the appliance reports what matters itself."""
+    if os.environ.get("APPLIANCE_LLAMA_LOG"):
+        os.write(2, text)
+
+
+def init_backend() -> None:
+    global _initialised
+    if not _initialised:
+        C.llama_log_set(_quiet_log, ctypes.c_void_p())
+        C.llama_backend_init()
+        _initialised = True
+
+
+def check_gguf_file(path: Path, model_name: str) -> None:
+    """Fail with a clear message before llama.cpp gets a file it would reject obscurely."""
+    if not path.is_file():
+        raise ApplianceError(f"model '{model_name}': file not found: {path}")
+    with path.open("rb") as handle:
+        if handle.read(4) != _GGUF_MAGIC:
+            raise ApplianceError(f"model '{model_name}': {path} is not a GGUF file (bad magic bytes)")
+
+
+class LlamaModel:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        init_backend()
+        check_gguf_file(path, name)
+        params = C.llama_model_default_params()
+        self.handle = C.llama_model_load_from_file(str(path).encode(), params)
+        if not self.handle:
+            raise ApplianceError(f"model '{name}': llama.cpp could not load {path} (corrupt or unsupported)")
+        self.path = path
+        self.name = name
+        self.vocab = C.llama_model_get_vocab(self.handle)
+        self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(C.llama_model_n_ctx_train(self.handle))
+        self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
+        template = C.llama_model_chat_template(self.handle, None)
+        self.chat_template: bytes | None = template if template else None
+
+    def close(self) -> None:
+        if self.handle:
+            C.llama_model_free(self.handle)
+            self.handle = None
+
+    def tokenize(self, text: str, *, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (C.llama_token * capacity)()
+        count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, self.add_bos, parse_special)
+        if count < 0:
+            capacity = -count
+            buffer = (C.llama_token * capacity)()
+            count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, self.add_bos, parse_special)
+        return list(buffer[:count])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one generated token (control tokens render as nothing)."""
+        buffer = ctypes.create_string_buffer(64)
+        size = C.llama_token_to_piece(self.vocab, token, buffer, 64, 0, False)
+        if size < 0:
+            buffer = ctypes.create_string_buffer(-size)
+            size = C.llama_token_to_piece(self.vocab, token, buffer, -size, 0, False)
+        return buffer.raw[:size]
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(C.llama_vocab_is_eog(self.vocab, token))
+
+    def apply_chat_template(self, messages: Sequence[Message]) -> str:
+        """Render with the GGUF's template through llama.cpp's built-in template engine."""
+        if self.chat_template is None:
+            raise ApplianceError(f"model '{self.name}': its GGUF has no chat template (use chat_format = \"plain\")")
+        keep_alive = [(m.role.encode(), m.content.encode("utf-8")) for m in messages]
+        chat = (C.llama_chat_message * len(messages))()
+        for index, (role, content) in enumerate(keep_alive):
+            chat[index].role = role
+            chat[index].content = content
+        size = sum(len(content) for _, content in keep_alive) * 2 + 512
+        for _ in range(2):
+            buffer = ctypes.create_string_buffer(size)
+            written = C.llama_chat_apply_template(self.chat_template, chat, len(messages), True, buffer, size)
+            if written < 0:
+                raise ApplianceError(f"model '{self.name}': llama.cpp does not recognise its chat template")
+            if written <= size:
+                return buffer.raw[:written].decode("utf-8")
+            size = written
+        raise RuntimeError("chat template output kept growing")
+
+
+def build_sampler_chain(model: LlamaModel, sampling: ResolvedSampling, grammar: str | None) -> Any:
+    """One sampler chain per sequence, run in C by `llama_sampler_sample`.
+
+    The grammar comes first so that truncation samplers only see legal tokens.
+    """
+    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+    if grammar is not None:
+        grammar_sampler = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+        if not grammar_sampler:
+            C.llama_sampler_free(chain)
+            raise ApplianceError("invalid GBNF grammar in a generation request")
+        C.llama_sampler_chain_add(chain, grammar_sampler)
+    if sampling.repeat_penalty != 1.0:
+        C.llama_sampler_chain_add(
+            chain, C.llama_sampler_init_penalties(model.n_vocab, 64, sampling.repeat_penalty, 0.0, 0.0)
+        )
+    if sampling.temperature <= 0.0:
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+        return chain
+    if sampling.top_k > 0:
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(sampling.top_k))
+    if sampling.top_p < 1.0:
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(sampling.top_p, 1))
+    if sampling.min_p > 0.0:
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(sampling.min_p, 1))
+    C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(sampling.temperature))
+    C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(sampling.seed & 0xFFFFFFFF))
+    return chain
+
+
+def free_sampler_chain(chain: Any) -> None:
+    C.llama_sampler_free(chain)
+
+
+class TokenBatch:
+    """A reusable `llama_batch`: tokens of many sequences, one `llama_decode` call."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = C.llama_batch_init(capacity, 0, 1)
+
+    def clear(self) -> None:
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, position: int, seq_id: int, wants_logits: bool) -> int:
+        """Append one token; returns its index, which `llama_sampler_sample` takes."""
+        index = int(self.raw.n_tokens)
+        self.raw.token[index] = token
+        self.raw.pos[index] = position
+        self.raw.n_seq_id[index] = 1
+        self.raw.seq_id[index][0] = seq_id
+        self.raw.logits[index] = 1 if wants_logits else 0
+        self.raw.n_tokens = index + 1
+        return index
+
+    def __len__(self) -> int:
+        return int(self.raw.n_tokens)
+
+    def close(self) -> None:
+        C.llama_batch_free(self.raw)

@@ -1,0 +1,102 @@
+"""The one request type and the one completion type shared by every backend."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Message(BaseModel):
+    """One chat message; `role` is the chat-template role, not the evaluation role."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Sampling(BaseModel):
+    """Decoding parameters. `None` means "not set here" so that layers can be merged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(default=None, gt=0.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    stop: list[str] | None = None
+    seed: int | None = Field(default=None, ge=0)
+
+    def merged(self, *overrides: Sampling | None) -> Sampling:
+        """Later layers win, field by field, where they set a value."""
+        values = self.model_dump()
+        for layer in overrides:
+            if layer is None:
+                continue
+            values.update({key: value for key, value in layer.model_dump().items() if value is not None})
+        return Sampling(**values)
+
+
+class ResolvedSampling(BaseModel):
+    """Sampling with every field decided, as a backend consumes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    max_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+    @classmethod
+    def from_layers(cls, *layers: Sampling | None) -> ResolvedSampling:
+        merged = Sampling().merged(*layers)
+        values = {key: value for key, value in merged.model_dump().items() if value is not None}
+        if "stop" in values:
+            values["stop"] = tuple(values["stop"])
+        return cls(**values)
+
+
+class GenerationRequest(BaseModel):
+    """What an episode asks of a model.
+
+    `conversation_key` names the conversation this request continues, so a
+    backend can keep that conversation's KV cache between turns and prefill
+    only what is new.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: tuple[Message, ...] = ()
+    prompt: str | None = None
+    sampling: ResolvedSampling = ResolvedSampling()
+    grammar: str | None = None
+    conversation_key: str | None = None
+
+
+FinishReason = Literal["stop", "length", "context_overflow", "error"]
+
+
+class Completion(BaseModel):
+    """What a backend returns for one request."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    cached_prompt_tokens: int = 0
+    completion_tokens: int
+    latency_s: float
+    error: str | None = None
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens that had to be computed (not found in the KV cache)."""
+        return self.prompt_tokens - self.cached_prompt_tokens

@@ -1,0 +1,106 @@
+"""What an episode sees: `ctx.generate(role, messages)` and nothing of batching.
+
+An episode is straight-line async code. The context binds evaluation roles
+(player, interrogator, judge, ...) to models and sampling, derives a seed for
+every request from the run seed (so results do not depend on scheduling
+order), keys each role's conversation so its KV cache is reused between
+turns, and records every message and verdict for the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, Sampling
+from appliance.scheduler import Scheduler
+from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
+
+
+@dataclass(frozen=True)
+class RoleBinding:
+    """Which model plays a role.
+
+    Sampling precedence, lowest first: the model's `sampling` from models.toml,
+    the method's defaults for the role (passed by the episode), then the
+    model's `roles.<role>` override from models.toml.
+    """
+
+    model: str
+    model_sampling: Sampling = field(default_factory=Sampling)
+    role_override: Sampling = field(default_factory=Sampling)
+
+
+def derive_seed(*parts: object) -> int:
+    digest = hashlib.sha256("/".join(str(part) for part in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+class EpisodeFailed(Exception):
+    """An episode cannot go on (e.g. its context overflowed); it is stored with this error."""
+
+
+@dataclass
+class EpisodeContext:
+    episode_id: str
+    seed: int
+    scheduler: Scheduler
+    roles: dict[str, RoleBinding]
+    messages: list[MessageRecord] = field(default_factory=list)
+    judgments: list[JudgmentRecord] = field(default_factory=list)
+    scores: list[ScoreRecord] = field(default_factory=list)
+    _request_count: int = 0
+
+    def model_for(self, role: str) -> str:
+        """The model bound to `role`; a role played by several models is bound as `role:model`."""
+        return self.roles[role].model
+
+    async def generate(
+        self,
+        role: str,
+        messages: Sequence[Message],
+        *,
+        sampling: Sampling | None = None,
+        grammar: str | None = None,
+        model: str | None = None,
+        conversation: str | None = None,
+        record: bool = True,
+    ) -> Completion:
+        """Ask the model bound to `role` (or `model`) for the next message.
+
+        `sampling` is the episode's own layer (e.g. the method's per-role
+        defaults); the model's per-role overrides from models.toml win over it.
+        """
+        binding = self.roles[f"{role}:{model}" if model is not None else role]
+        target = binding.model
+        self._request_count += 1
+        seed_layer = Sampling(seed=derive_seed(self.seed, self.episode_id, role, target, self._request_count))
+        resolved = ResolvedSampling.from_layers(seed_layer, binding.model_sampling, sampling, binding.role_override)
+        request = GenerationRequest(
+            messages=tuple(messages),
+            sampling=resolved,
+            grammar=grammar,
+            conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
+        )
+        completion = await self.scheduler.generate(target, request)
+        if completion.finish_reason == "context_overflow":
+            raise EpisodeFailed(completion.error or "context overflow")
+        if record:
+            self.record_message(role, target, completion)
+        return completion
+
+    def record_message(self, speaker: str, model: str, completion: Completion) -> None:
+        self.messages.append(
+            MessageRecord(
+                idx=len(self.messages),
+                speaker=speaker,
+                model=model,
+                text=completion.text,
+                prompt_tokens=completion.prompt_tokens,
+                cached_prompt_tokens=completion.cached_prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+                latency_s=completion.latency_s,
+                finish_reason=completion.finish_reason,
+            )
+        )

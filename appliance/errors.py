@@ -1,0 +1,25 @@
+"""User-facing errors.
+
+Anything a user can fix (a bad file, an unknown name, a missing model) raises
+`ApplianceError`; the CLI prints its one-line message and exits with code 2.
+Everything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+class ApplianceError(Exception):
+    """A problem with the user's input or configuration (exit code 2)."""
+
+
+def describe_validation_error(source: str | Path, error: ValidationError) -> str:
+    """Turn a pydantic error into one line naming the file, the field and the problem."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    message = first["msg"]
+    extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{source}: field '{location}': {message}{extra}"

@@ -1,0 +1,1 @@
+"""Judges: templates with parse rules, and panels that combine several judge models."""

@@ -1,0 +1,43 @@
+"""Judge panels: named lists of judge models in `judges/panels.toml`."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.errors import ApplianceError, describe_validation_error
+
+
+class Panel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    judges: list[str] = Field(min_length=1)
+    description: str = ""
+
+
+def load_panels(path: Path) -> dict[str, Panel]:
+    if not path.is_file():
+        raise ApplianceError(f"{path}: panels file not found")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ApplianceError(f"{path}: not valid TOML: {error}") from None
+    panels: dict[str, Panel] = {}
+    for name, entry in raw.get("panels", {}).items():
+        try:
+            panels[name] = Panel(name=name, **entry)
+        except ValidationError as error:
+            raise ApplianceError(describe_validation_error(f"{path} [panels.{name}]", error)) from None
+    if not panels:
+        raise ApplianceError(f"{path}: field 'panels': no [panels.NAME] table found")
+    return panels
+
+
+def get_panel(path: Path, name: str) -> Panel:
+    panels = load_panels(path)
+    if name not in panels:
+        raise ApplianceError(f"{path}: unknown panel '{name}' (known: {', '.join(sorted(panels))})")
+    return panels[name]

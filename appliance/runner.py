@@ -1,0 +1,279 @@
+"""The runner: plans episodes, loads backends, plays episodes, stores each one.
+
+Episode ids are derived from the run id, family, instance and player, so a
+killed run can be resumed: finished episodes are in the store and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import random
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.catalog import Catalog, ModelSpec, sha256_of
+from appliance.engine.backend import Backend
+from appliance.engine.factory import open_backend
+from appliance.engine.types import Sampling
+from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed
+from appliance.judging.panels import Panel
+from appliance.paths import project_root
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scheduler import Scheduler
+from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
+
+
+class BackendFactory(Protocol):
+    def __call__(self, catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend: ...
+
+
+class RunConfig(BaseModel):
+    """Everything that decides what a run does; stored with the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenarios: list[str]
+    players: list[str] = Field(min_length=1)
+    interrogator: str
+    panel: Panel
+    seed: int = 0
+    limit: int | None = Field(default=None, ge=1)
+    parallel: int = Field(default=8, ge=1)
+    models_file: str
+
+
+@dataclass(frozen=True)
+class PlannedEpisode:
+    run_id: str
+    episode_id: str
+    family: ScenarioFamily
+    instance: Instance
+    player: str
+    seed: int
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    episodes_total: int
+    episodes_skipped: int
+    episodes_finished: int
+    episodes_failed: int
+    wall_s: float
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def select_instances(instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+    """A seeded sample, so a limited run still covers cards, situations and languages."""
+    chosen = list(instances)
+    random.Random(seed).shuffle(chosen)
+    return chosen if limit is None else chosen[:limit]
+
+
+def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
+    planned: list[PlannedEpisode] = []
+    for family in families:
+        for instance in select_instances(family.instances(), config.limit, config.seed):
+            for player in config.players:
+                episode_id = f"{run_id}:{family.name}:{instance.id}:{player}"
+                planned.append(
+                    PlannedEpisode(run_id, episode_id, family, instance, player, derive_seed(config.seed, instance.id))
+                )
+    return planned
+
+
+def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
+    names = list(config.players)
+    if any("interrogator" in family.support_roles for family in families):
+        names.append(config.interrogator)
+    names.extend(config.panel.judges)
+    return list(dict.fromkeys(names))
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("appliance", "llama-cpp-python", "duckdb", "pydantic", "typer", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def git_revision() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=project_root(), capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def file_hashes(catalog: Catalog, families: list[ScenarioFamily]) -> dict[str, str]:
+    files = [catalog.source, *(path for family in families for path in family.data_files())]
+    return {str(path): sha256_of(path, use_cache=False) for path in files if path.is_file()}
+
+
+class Runner:
+    """Plays a run's episodes through the scheduler and writes each to the store."""
+
+    def __init__(self, catalog: Catalog, store: Store, backend_factory: BackendFactory = open_backend) -> None:
+        self.catalog = catalog
+        self.store = store
+        self.backend_factory = backend_factory
+
+    def _record_run(self, run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> None:
+        models = [self._model_record(self.catalog.get(name)) for name in models_needed(config, families)]
+        self.store.create_run(
+            RunRecord(
+                run_id=run_id,
+                started_at=datetime.now(UTC).replace(tzinfo=None),
+                seed=config.seed,
+                config=config.model_dump(mode="json"),
+                versions=package_versions(),
+                git_revision=git_revision(),
+                file_hashes=file_hashes(self.catalog, families),
+            ),
+            models,
+        )
+
+    def _model_record(self, spec: ModelSpec) -> ModelRecord:
+        path = self.catalog.resolve_path(spec)
+        digest = sha256_of(path) if path.is_file() else "missing"
+        parameters: dict[str, Any] = spec.model_dump(mode="json", exclude={"name", "backend"})
+        return ModelRecord(name=spec.name, backend=spec.backend, path=str(path), sha256=digest, parameters=parameters)
+
+    def execute(
+        self,
+        config: RunConfig,
+        families: list[ScenarioFamily],
+        *,
+        resume: str | None = None,
+        on_episode: Callable[[EpisodeRecord], None] | None = None,
+        on_plan: Callable[[str, int], None] | None = None,
+    ) -> RunSummary:
+        """Play a new run, or the missing episodes of run `resume`.
+
+        Models are loaded before anything is written, so a model that fails to
+        load leaves the store exactly as it was.
+        """
+        started = time.perf_counter()
+        run_id = resume or new_run_id()
+        planned = plan_episodes(run_id, config, families)
+        done = self.store.finished_episode_ids(run_id) if resume else set()
+        todo = [episode for episode in planned if episode.episode_id not in done]
+        backends: dict[str, Backend] = {}
+        try:
+            if todo:
+                for name in models_needed(config, families):
+                    backends[name] = self.backend_factory(
+                        self.catalog, self.catalog.get(name), parallel=config.parallel
+                    )
+            if resume is None:
+                self._record_run(run_id, config, families)
+            if on_plan is not None:
+                on_plan(run_id, len(todo))
+            status = "failed"
+            records: list[EpisodeRecord] = []
+            try:
+                if todo:
+                    records = asyncio.run(self._play_all(todo, config, backends, on_episode))
+                status = "finished"
+            except KeyboardInterrupt:
+                status = "interrupted"
+                raise
+            finally:
+                self.store.finish_run(run_id, status, time.perf_counter() - started)
+        finally:
+            counters = [backend.counters for backend in backends.values()]
+            for backend in backends.values():
+                backend.close()
+        finished = sum(1 for record in records if record.status == "finished")
+        return RunSummary(
+            run_id=run_id,
+            episodes_total=len(planned),
+            episodes_skipped=len(planned) - len(todo),
+            episodes_finished=finished,
+            episodes_failed=len(records) - finished,
+            wall_s=time.perf_counter() - started,
+            prompt_tokens=sum(c.prompt_tokens for c in counters),
+            cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
+            completion_tokens=sum(c.completion_tokens for c in counters),
+        )
+
+    async def _play_all(
+        self,
+        todo: list[PlannedEpisode],
+        config: RunConfig,
+        backends: dict[str, Backend],
+        on_episode: Callable[[EpisodeRecord], None] | None,
+    ) -> list[EpisodeRecord]:
+        scheduler = Scheduler(backends)
+        limiter = asyncio.Semaphore(config.parallel)
+
+        async def one(planned: PlannedEpisode) -> EpisodeRecord:
+            async with limiter:
+                record = await self._play_one(planned, config, scheduler)
+            self.store.write_episode(record)
+            if on_episode is not None:
+                on_episode(record)
+            return record
+
+        work = asyncio.gather(*(one(planned) for planned in todo))
+        await scheduler.drive(work)
+        return list(await work)
+
+    async def _play_one(self, planned: PlannedEpisode, config: RunConfig, scheduler: Scheduler) -> EpisodeRecord:
+        roles = {
+            "player": self._binding(planned.player, "player"),
+            "interrogator": self._binding(config.interrogator, "interrogator"),
+        }
+        for judge in config.panel.judges:
+            roles[f"judge:{judge}"] = self._binding(judge, "judge")
+        ctx = EpisodeContext(episode_id=planned.episode_id, seed=planned.seed, scheduler=scheduler, roles=roles)
+        started_at = datetime.now(UTC).replace(tzinfo=None)
+        clock = time.perf_counter()
+        error: str | None = None
+        try:
+            await planned.family.play(ctx, planned.instance, list(config.panel.judges), config.panel.name)
+        except EpisodeFailed as failure:
+            error = str(failure)
+        except Exception as failure:  # an episode's bug must not take the run down
+            error = f"{type(failure).__name__}: {failure}"
+        return EpisodeRecord(
+            episode_id=planned.episode_id,
+            run_id=planned.run_id,
+            scenario=planned.family.name,
+            instance_id=planned.instance.id,
+            player=planned.player,
+            status="finished" if error is None else "error",
+            seed=planned.seed,
+            started_at=started_at,
+            finished_at=datetime.now(UTC).replace(tzinfo=None),
+            wall_s=time.perf_counter() - clock,
+            error=error,
+            metadata={"language": planned.instance.language},
+            messages=ctx.messages,
+            judgments=ctx.judgments,
+            scores=ctx.scores,
+        )
+
+    def _binding(self, model: str, role: str) -> RoleBinding:
+        spec = self.catalog.get(model)
+        return RoleBinding(model=model, model_sampling=spec.sampling, role_override=spec.roles.get(role, Sampling()))

@@ -1,0 +1,36 @@
+"""What every scenario family provides to the runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from appliance.episodes import EpisodeContext
+
+
+class Instance(BaseModel):
+    """One playable item of a family (a card and a situation, a game instance, ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    language: str = "en"
+
+
+class ScenarioFamily(Protocol):
+    name: str
+    description: str
+    #: roles other than "player" and "judge" that need a model (e.g. "interrogator")
+    support_roles: tuple[str, ...]
+
+    def instances(self) -> list[Instance]: ...
+
+    def data_files(self) -> list[Path]:
+        """Files whose hashes a run records (relative to the project root)."""
+        ...
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Run one episode to its end, recording messages, judgments and scores in `ctx`."""
+        ...

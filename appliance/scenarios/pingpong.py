@@ -1,0 +1,320 @@
+"""PingPong: an interrogator model talks to a player model that plays a character.
+
+The player sees only the character card, the interrogator only the situation
+(and the character's public name and summary): the asymmetry is the method.
+After the conversation every judge of the panel rates every player turn on
+in-character, entertaining and fluent (1-5) and flags refusals; the panel
+averages its judges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import tomllib
+from pathlib import Path
+from statistics import mean
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.engine.types import Message, Sampling
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.likert import REFUSAL, judge_likert
+from appliance.judging.templates import LikertTemplate, load_likert_template, render
+from appliance.scenarios.base import Instance
+from appliance.store.records import JudgmentRecord, ScoreRecord
+
+# The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95.
+PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=96)
+INTERROGATOR_SAMPLING = Sampling(temperature=0.8, top_p=0.95, max_tokens=48)
+JUDGE_TEMPLATE = "pingpong_likert.toml"
+CRITERIA = ("in_character", "entertaining", "fluent")
+
+Entry = TypeVar("Entry", bound=BaseModel)
+
+
+class Card(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    language: str
+    name: str
+    summary: str
+    description: str
+    greeting: str = ""
+
+
+class Situation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    language: str
+    text: str
+    turns: int = Field(ge=1, le=20)
+    tags: tuple[str, ...] = ()
+
+
+class Prompts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    player_system: str
+    interrogator_system: str
+    opening: str
+    opening_without_greeting: str
+
+
+class PingPongInstance(Instance):
+    card: Card
+    situation: Situation
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    if not path.is_file():
+        raise ApplianceError(f"{path}: file not found")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ApplianceError(f"{path}: not valid TOML: {error}") from None
+
+
+def _read_entries(path: Path, table: str, model: type[Entry]) -> list[Entry]:
+    raw = _read_toml(path).get(table, [])
+    if not isinstance(raw, list) or not raw:
+        raise ApplianceError(f"{path}: field '{table}': no [[{table}]] entries")
+    entries: list[Entry] = []
+    for index, entry in enumerate(raw):
+        try:
+            entries.append(model(**entry))
+        except ValidationError as error:
+            raise ApplianceError(describe_validation_error(f"{path} [[{table}]] #{index + 1}", error)) from None
+    return entries
+
+
+class PingPongFamily:
+    name = "pingpong"
+    description = "role-play: interrogator vs character player, judged per turn by a panel"
+    support_roles: tuple[str, ...] = ("interrogator",)
+
+    def __init__(
+        self,
+        folder: Path,
+        cards: list[Card],
+        situations: list[Situation],
+        prompts: dict[str, Prompts],
+        judge: LikertTemplate,
+        judge_path: Path,
+    ) -> None:
+        self.folder = folder
+        self.cards = cards
+        self.situations = situations
+        self.prompts = prompts
+        self.judge = judge
+        self.judge_path = judge_path
+
+    @classmethod
+    def load(cls, folder: Path, judges_folder: Path, prompts_folder: Path | None = None) -> PingPongFamily:
+        """Cards and situations from `folder`; prompts from it too, or from `prompts_folder`."""
+        cards = _read_entries(folder / "cards.toml", "card", Card)
+        situations = _read_entries(folder / "situations.toml", "situation", Situation)
+        prompts_path = folder / "prompts.toml"
+        if not prompts_path.is_file() and prompts_folder is not None:
+            prompts_path = prompts_folder / "prompts.toml"
+        prompts: dict[str, Prompts] = {}
+        for language, entry in _read_toml(prompts_path).items():
+            try:
+                prompts[language] = Prompts(**entry)  # type: ignore[arg-type]
+            except (ValidationError, TypeError) as error:
+                detail = (
+                    describe_validation_error(f"{prompts_path} [{language}]", error)
+                    if isinstance(error, ValidationError)
+                    else f"{prompts_path} [{language}]: expected a table"
+                )
+                raise ApplianceError(detail) from None
+        for card in cards:
+            if card.language not in prompts:
+                raise ApplianceError(f"{prompts_path}: no prompts for language '{card.language}' (card '{card.id}')")
+        judge_path = judges_folder / JUDGE_TEMPLATE
+        return cls(folder, cards, situations, prompts, load_likert_template(judge_path), judge_path)
+
+    def instances(self) -> list[Instance]:
+        """Every card paired with every situation of the same language."""
+        return [
+            PingPongInstance(id=f"{card.id}~{situation.id}", language=card.language, card=card, situation=situation)
+            for card in self.cards
+            for situation in self.situations
+            if situation.language == card.language
+        ]
+
+    def data_files(self) -> list[Path]:
+        return [self.folder / "cards.toml", self.folder / "situations.toml", self.judge_path]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, PingPongInstance)
+        card, situation = instance.card, instance.situation
+        prompts = self.prompts[card.language]
+        fields = {
+            "name": card.name,
+            "summary": card.summary,
+            "description": card.description.strip(),
+            "greeting": card.greeting,
+            "situation": situation.text,
+        }
+        source = f"{self.folder / 'prompts.toml'} [{card.language}]"
+        player_view = [Message(role="system", content=render(prompts.player_system, fields, source))]
+        if card.greeting:
+            player_view.append(Message(role="assistant", content=card.greeting))
+        opening = prompts.opening if card.greeting else prompts.opening_without_greeting
+        interrogator_view = [
+            Message(role="system", content=render(prompts.interrogator_system, fields, source)),
+            Message(role="user", content=render(opening, fields, source)),
+        ]
+        for _ in range(situation.turns):
+            question = await ctx.generate(
+                "interrogator", interrogator_view, sampling=INTERROGATOR_SAMPLING, record=False
+            )
+            question_text = clean_interrogator_message(question.text)
+            # The transcript keeps what the player was shown.
+            ctx.record_message(
+                "interrogator", ctx.model_for("interrogator"), question.model_copy(update={"text": question_text})
+            )
+            interrogator_view.append(Message(role="assistant", content=question_text))
+            player_view.append(Message(role="user", content=question_text))
+            answer = await ctx.generate("player", player_view, sampling=PLAYER_SAMPLING)
+            player_view.append(Message(role="assistant", content=answer.text.strip()))
+            interrogator_view.append(Message(role="user", content=answer.text.strip()))
+        await self.judge_episode(ctx, card, judges, panel)
+
+    async def judge_episode(self, ctx: EpisodeContext, card: Card, judges: list[str], panel: str) -> None:
+        """Every judge rates every player turn; all requests go out at once to be batched."""
+        requests = []
+        dialogue_lines = [f"{card.name}: {card.greeting}"] if card.greeting else []
+        for message in ctx.messages:
+            label = card.name if message.speaker == "player" else "User"
+            if message.speaker == "player":
+                variables = {
+                    "name": card.name,
+                    "description": card.description.strip(),
+                    "dialogue": "\n".join(dialogue_lines),
+                    "reply": message.text.strip(),
+                }
+                for judge in judges:
+                    requests.append(
+                        judge_likert(ctx, self.judge, variables, judge_model=judge, panel=panel, target_idx=message.idx)
+                    )
+            dialogue_lines.append(f"{label}: {message.text.strip()}")
+        await asyncio.gather(*requests)
+        player = ctx.model_for("player")
+        ctx.scores.extend(episode_scores(ctx.judgments, panel=panel, player=player))
+
+
+def clean_interrogator_message(text: str) -> str:
+    """Small models wrap their message in quotes or prefix a speaker label; keep the message."""
+    cleaned = text.strip()
+    cleaned = re.sub(r"^(User|Nutzer|Пользователь)\s*:\s*", "", cleaned)
+    if len(cleaned) >= 2 and cleaned[0] == cleaned[-1] and cleaned[0] in "\"'«»":
+        cleaned = cleaned[1:-1].strip()
+    return cleaned or "..."
+
+
+def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) -> list[ScoreRecord]:
+    """Panel mean per turn and criterion, then the episode's mean over turns.
+
+    `final` is the mean of the three criteria; `refusal` is 1 if the panel
+    flagged any turn (mean refusal vote >= 0.5). Unparsed verdicts are left out
+    of the means and counted in `unparsed_verdicts`.
+    """
+    per_turn: dict[tuple[int, str], list[float]] = {}
+    unparsed = {(j.judge, j.target_idx) for j in judgments if not j.parsed}
+    for judgment in judgments:
+        if judgment.parsed and judgment.score is not None:
+            per_turn.setdefault((judgment.target_idx, judgment.criterion), []).append(judgment.score)
+    turns = sorted({j.target_idx for j in judgments})
+    values: dict[str, float | None] = {}
+    for criterion in CRITERIA:
+        turn_means = [mean(per_turn[(t, criterion)]) for t in turns if (t, criterion) in per_turn]
+        values[criterion] = mean(turn_means) if turn_means else None
+    criterion_values = [values[c] for c in CRITERIA]
+    values["final"] = (
+        None if any(v is None for v in criterion_values) else mean([v for v in criterion_values if v is not None])
+    )
+    refusal_means = [mean(per_turn[(t, REFUSAL)]) for t in turns if (t, REFUSAL) in per_turn]
+    values["refusal"] = None if not refusal_means else float(any(v >= 0.5 for v in refusal_means))
+    values["unparsed_verdicts"] = float(len(unparsed))
+    return [ScoreRecord(panel=panel, player=player, metric=metric, value=value) for metric, value in values.items()]
+
+
+def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
+    """Convert PingPong's settings_v2.json into our cards.toml and situations.toml."""
+    try:
+        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ApplianceError(f"{settings_path}: file not found") from None
+    except json.JSONDecodeError as error:
+        raise ApplianceError(f"{settings_path}: not valid JSON: {error}") from None
+    if not isinstance(settings, dict):
+        raise ApplianceError(f"{settings_path}: expected an object keyed by language")
+    cards: list[Card] = []
+    situations: list[Situation] = []
+    for language, block in settings.items():
+        if not isinstance(block, dict) or "characters" not in block or "situations" not in block:
+            raise ApplianceError(f"{settings_path}: field '{language}': needs 'characters' and 'situations'")
+        for index, character in enumerate(block["characters"]):
+            where = f"{settings_path}: field '{language}.characters[{index}]'"
+            try:
+                name = character["char_name"]
+                cards.append(
+                    Card(
+                        id=f"{language}-{_slug(name)}-{index}",
+                        language=language,
+                        name=name,
+                        summary=character.get("summary") or name,
+                        description=character["system_prompt"],
+                        greeting=character.get("greeting") or character.get("initial_message") or "",
+                    )
+                )
+            except (KeyError, TypeError, ValidationError) as error:
+                raise ApplianceError(f"{where}: missing or invalid {error}") from None
+        for index, situation in enumerate(block["situations"]):
+            where = f"{settings_path}: field '{language}.situations[{index}]'"
+            try:
+                situations.append(
+                    Situation(
+                        id=f"{language}-situation-{index}",
+                        language=language,
+                        text=situation["text"],
+                        turns=int(situation.get("num_turns", 3)),
+                        tags=tuple(situation.get("tags", ())),
+                    )
+                )
+            except (KeyError, TypeError, ValueError, ValidationError) as error:
+                raise ApplianceError(f"{where}: missing or invalid {error}") from None
+    out_folder.mkdir(parents=True, exist_ok=True)
+    (out_folder / "cards.toml").write_text(_to_toml("card", [c.model_dump() for c in cards]), encoding="utf-8")
+    (out_folder / "situations.toml").write_text(
+        _to_toml("situation", [s.model_dump() for s in situations]), encoding="utf-8"
+    )
+    return len(cards), len(situations)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "character"
+
+
+def _to_toml(table: str, rows: list[dict[str, object]]) -> str:
+    """A tiny TOML writer for flat tables of strings, ints and string lists."""
+    lines: list[str] = []
+    for row in rows:
+        lines.append(f"[[{table}]]")
+        for key, value in row.items():
+            if isinstance(value, (list, tuple)):
+                items = ", ".join(json.dumps(str(item), ensure_ascii=False) for item in value)
+                lines.append(f"{key} = [{items}]")
+            elif isinstance(value, int):
+                lines.append(f"{key} = {value}")
+            else:
+                lines.append(f"{key} = {json.dumps(str(value), ensure_ascii=False)}")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""The families the appliance knows, by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appliance.errors import ApplianceError
+from appliance.paths import judges_dir, scenarios_dir
+from appliance.scenarios.base import ScenarioFamily
+
+
+def family_names() -> list[str]:
+    return ["pingpong"]
+
+
+def load_family(spec: str, scenarios_root: Path | None = None, judges_root: Path | None = None) -> ScenarioFamily:
+    """`NAME` uses the family's own data; `NAME:FOLDER` uses another folder (e.g. imported data)."""
+    root = scenarios_root or scenarios_dir()
+    judges = judges_root or judges_dir()
+    name, _, folder = spec.partition(":")
+    if name == "pingpong":
+        from appliance.scenarios.pingpong import PingPongFamily
+
+        data = Path(folder) if folder else root / "pingpong"
+        if not data.is_dir():
+            raise ApplianceError(f"scenario '{spec}': data folder {data} not found")
+        family = PingPongFamily.load(data, judges, prompts_folder=root / "pingpong")
+        family.name = spec
+        return family
+    raise ApplianceError(f"unknown scenario '{name}' (known: {', '.join(family_names())})")

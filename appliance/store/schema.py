@@ -1,0 +1,89 @@
+"""The DuckDB schema, as an ordered list of migrations.
+
+A database records the highest migration applied in `schema_version`; opening
+it applies the missing ones in order. Never edit a published migration: add
+a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "runs, models, episodes, messages, judgments, scores",
+        """
+        CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP,
+            status VARCHAR NOT NULL,
+            seed BIGINT NOT NULL,
+            config JSON NOT NULL,
+            versions JSON NOT NULL,
+            git_revision VARCHAR,
+            file_hashes JSON NOT NULL,
+            wall_s DOUBLE
+        );
+        CREATE TABLE models (
+            run_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            backend VARCHAR NOT NULL,
+            path VARCHAR NOT NULL,
+            sha256 VARCHAR NOT NULL,
+            parameters JSON NOT NULL,
+            PRIMARY KEY (run_id, name)
+        );
+        CREATE TABLE episodes (
+            episode_id VARCHAR PRIMARY KEY,
+            run_id VARCHAR NOT NULL,
+            scenario VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            player VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            seed BIGINT NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP NOT NULL,
+            wall_s DOUBLE NOT NULL,
+            error VARCHAR,
+            metadata JSON NOT NULL
+        );
+        CREATE TABLE messages (
+            episode_id VARCHAR NOT NULL,
+            idx INTEGER NOT NULL,
+            speaker VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            text VARCHAR NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            cached_prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            latency_s DOUBLE NOT NULL,
+            finish_reason VARCHAR NOT NULL,
+            PRIMARY KEY (episode_id, idx)
+        );
+        CREATE TABLE judgments (
+            episode_id VARCHAR NOT NULL,
+            panel VARCHAR NOT NULL,
+            judge VARCHAR NOT NULL,
+            mode VARCHAR NOT NULL,
+            target_idx INTEGER NOT NULL,
+            criterion VARCHAR NOT NULL,
+            score DOUBLE,
+            raw_text VARCHAR NOT NULL,
+            parsed BOOLEAN NOT NULL,
+            order_swapped BOOLEAN NOT NULL DEFAULT FALSE
+        );
+        CREATE TABLE scores (
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            panel VARCHAR NOT NULL,
+            player VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            value DOUBLE,
+            calibrated_value DOUBLE,
+            PRIMARY KEY (episode_id, panel, metric)
+        );
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]

