@@ -98,6 +98,20 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
 
 
 @pytest.mark.real_model
+def test_resuming_a_complete_run_plays_nothing_and_keeps_it(tiny_run: TinyRun) -> None:
+    with duckdb.connect(str(tiny_run.db), read_only=True) as db:
+        (run_id,) = db.execute("SELECT run_id FROM runs").fetchone()  # type: ignore[misc]
+        before = db.execute("SELECT count(*) FROM messages").fetchone()
+    result = cli("run", "--resume", run_id, "--db", str(tiny_run.db), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    assert (summary["episodes_skipped"], summary["episodes_finished"]) == (1, 0)
+    with duckdb.connect(str(tiny_run.db), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM messages").fetchone() == before
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+@pytest.mark.real_model
 def test_a_run_opens_no_network_socket(tiny_run: TinyRun) -> None:
     assert tiny_run.result.returncode == 0, tiny_run.result.stderr[-3000:]
     assert tiny_run.network_log == "", tiny_run.network_log

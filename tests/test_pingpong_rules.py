@@ -145,3 +145,29 @@ def test_interrogator_message_cleaning() -> None:
     assert clean_interrogator_message('  "Hello there"  ') == "Hello there"
     assert clean_interrogator_message("User: what now?") == "what now?"
     assert clean_interrogator_message("   ") == "..."
+
+
+def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
+    store, _, run_id = _run(tmp_path)
+    complete = store.query("SELECT count(*) FROM messages")[0][0]
+    lost = store.query("SELECT episode_id FROM episodes ORDER BY episode_id LIMIT 1")[0][0]
+    with store.transaction():  # as if the run had been killed before this episode was written
+        for table in ("messages", "judgments", "scores", "episodes"):
+            store.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [lost])
+        store.connection.execute("UPDATE runs SET status = 'interrupted'")
+    catalog = load_catalog(REPO / "models.toml")
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    config = RunConfig(**store.run(run_id)["config"])
+    played: list[str] = []
+
+    def factory(catalog_: object, spec: object, *, parallel: int) -> ScriptedBackend:
+        return ScriptedBackend(spec.name, _responder)  # type: ignore[attr-defined]
+
+    summary = Runner(catalog, store, backend_factory=factory).execute(  # type: ignore[arg-type]
+        config, [family], resume=run_id, on_episode=lambda record: played.append(record.episode_id)
+    )
+    assert played == [lost]
+    assert (summary.episodes_skipped, summary.episodes_finished) == (5, 1)
+    assert store.query("SELECT count(*) FROM messages")[0][0] == complete
+    assert store.query("SELECT status FROM runs")[0][0] == "finished"
+    store.close()
