@@ -47,6 +47,9 @@ class ModelSpec(BaseModel):
     chat_format: ChatFormat = "gguf"
     slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together")
     threads: int | None = Field(default=None, ge=1)
+    exact_kv: bool = Field(default=True, description="reuse only batch-computed KV: results independent of batching")
+    kv_unified: bool = Field(default=False, description="one KV buffer for all sequences instead of one per sequence")
+    flash_attention: bool = Field(default=False, description="ggml's flash-attention kernel (not batch-invariant)")
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -56,21 +58,44 @@ def test_batched_greedy_text_equals_each_sequence_alone(smollm2: LlamaCppBackend
     assert steps <= max(c.completion_tokens for c in together) + 2
 
 
-def test_continuing_a_conversation_reuses_its_cache_and_matches_a_fresh_prefill(smollm2: LlamaCppBackend) -> None:
+@pytest.fixture(scope="module")
+def fresh_backend(smollm2_path: Path) -> Iterator[LlamaCppBackend]:
+    """A second engine whose cache is cleared before every request: the fresh-prefill reference."""
+    backend = LlamaCppBackend(smollm2_path, name="fresh", context_length=1024, slots=1)
+    yield backend
+    backend.close()
+
+
+@pytest.mark.parametrize("persona", ["You are a terse assistant.", "You are a pirate who loves maps."])
+def test_continuing_a_conversation_reuses_its_cache_and_matches_a_fresh_prefill(
+    smollm2: LlamaCppBackend, fresh_backend: LlamaCppBackend, persona: str
+) -> None:
     _forget_caches(smollm2)
-    history = [
-        Message(role="system", content="You are a terse assistant."),
-        Message(role="user", content="Say a colour."),
-    ]
-    first = _run(smollm2, [GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")])[0]
-    history += [Message(role="assistant", content=first.text), Message(role="user", content="Now say an animal.")]
-    second_request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")
-    continued = _run(smollm2, [second_request])[0]
-    assert continued.cached_prompt_tokens > first.prompt_tokens // 2
-    _forget_caches(smollm2)
-    fresh = _run(smollm2, [second_request])[0]
-    assert fresh.cached_prompt_tokens == 0
-    assert continued.text == fresh.text
+    history = [Message(role="system", content=persona)]
+    for turn, question in enumerate(["Say a colour.", "Now say an animal.", "Combine them in a sentence."]):
+        history.append(Message(role="user", content=question))
+        request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")
+        continued = _run(smollm2, [request])[0]
+        _forget_caches(fresh_backend)
+        fresh = _run(fresh_backend, [request])[0]
+        assert fresh.cached_prompt_tokens == 0
+        if turn > 0:
+            assert continued.cached_prompt_tokens > 0, "the conversation's cache must be reused"
+        assert continued.text == fresh.text, f"turn {turn}"
+        history.append(Message(role="assistant", content=continued.text))
+
+
+def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
+    backend = LlamaCppBackend(smollm2_path, name="fast", context_length=1024, slots=2, exact_kv=False)
+    try:
+        history = [Message(role="user", content="Say a colour.")]
+        first = _run(backend, [GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="k")])[0]
+        history += [Message(role="assistant", content=first.text), Message(role="user", content="And another.")]
+        second = _run(backend, [GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="k")])[0]
+        # The whole first prompt plus the generated reply (up to its end-of-turn token) came from the cache.
+        assert second.cached_prompt_tokens >= first.prompt_tokens + first.completion_tokens - 1
+    finally:
+        backend.close()
 
 
 def test_grammar_constrains_output(smollm2: LlamaCppBackend) -> None:
@@ -107,3 +132,25 @@ def test_context_overflow_is_reported_not_crashed(smollm2: LlamaCppBackend) -> N
     assert overflow.finish_reason == "context_overflow"
     assert overflow.error is not None and "does not fit" in overflow.error
     assert normal.completion_tokens > 0
+
+
+def test_requests_sharing_a_long_prefix_prefill_it_once_and_match_fresh(smollm2: LlamaCppBackend) -> None:
+    rubric = "You judge short answers. " + " ".join(f"Rule {n}: be fair and brief." for n in range(12))
+    requests = [
+        GenerationRequest(
+            messages=(Message(role="system", content=rubric), Message(role="user", content=f"Answer {n}: {word}.")),
+            sampling=GREEDY,
+        )
+        for n, word in enumerate(["apple", "river", "seven"])
+    ]
+    alone = []
+    for request in requests:
+        _forget_caches(smollm2)
+        alone.append(_run(smollm2, [request])[0])
+    _forget_caches(smollm2)
+    forked_before = smollm2.counters.forked_tokens
+    together = _run(smollm2, requests)
+    assert [c.text for c in together] == [c.text for c in alone]
+    assert together[0].cached_prompt_tokens == 0
+    assert all(c.cached_prompt_tokens >= 64 for c in together[1:]), [c.cached_prompt_tokens for c in together]
+    assert smollm2.counters.forked_tokens - forked_before == sum(c.cached_prompt_tokens for c in together[1:])

@@ -24,6 +24,7 @@ class BackendCounters:
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     decode_calls: int = 0
+    forked_tokens: int = 0  # prompt tokens copied from another sequence's cache
 
 
 class Backend(Protocol):

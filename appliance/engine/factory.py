@@ -19,6 +19,9 @@ def open_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend
             context_length=spec.context_length,
             slots=max(1, min(spec.slots, parallel * 4)),
             threads=spec.threads,
+            exact_kv=spec.exact_kv,
+            kv_unified=spec.kv_unified,
+            flash_attention=spec.flash_attention,
         )
     raise ApplianceError(
         f"{catalog.source} [models.{spec.name}]: backend '{spec.backend}' is not available in this version "

@@ -49,6 +49,8 @@ class _Job:
 class _Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)
+    #: leading cached tokens computed in prefill chunks of two or more tokens
+    batch_computed: int = 0
     key: str | None = None
     last_used: float = 0.0
     job: _Job | None = None
@@ -75,8 +77,12 @@ class LlamaCppBackend:
         slots: int = 8,
         batch_tokens: int = 512,
         threads: int | None = None,
+        kv_unified: bool = False,
+        flash_attention: bool = False,
+        exact_kv: bool = True,
     ) -> None:
         self.name = name
+        self.exact_kv = exact_kv
         self.model = LlamaModel(model_path, name)
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
@@ -86,7 +92,14 @@ class LlamaCppBackend:
         params.n_batch = batch_tokens
         params.n_ubatch = batch_tokens
         params.n_seq_max = slots
-        params.kv_unified = False  # one stream per sequence: same cell layout as decoding alone
+        # Default: one KV stream per sequence, so attention only spans a sequence's own
+        # cells and its layout is the same as when decoded alone (see docs/engine.md).
+        params.kv_unified = kv_unified
+        # ggml's CPU flash-attention kernel gives results that depend on how a prompt
+        # is split into batches; without it a forked or resumed prefill is bit-exact.
+        params.flash_attn_type = (
+            C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
         params.no_perf = True
         self.context = C.llama_init_from_model(self.model.handle, params)
@@ -151,14 +164,17 @@ class LlamaCppBackend:
             if job is None or job.prefill_cursor >= len(job.prompt_tokens):
                 continue
             room = self.batch_tokens - len(self.batch)
-            if room <= 0:
-                break
-            end = min(len(job.prompt_tokens), job.prefill_cursor + room)
+            remaining = len(job.prompt_tokens) - job.prefill_cursor
+            if room < min(2, remaining):
+                break  # a one-token slice of a longer prompt would take ggml's other kernel path
+            end = job.prefill_cursor + min(remaining, room)
             for position in range(job.prefill_cursor, end):
                 last = position == len(job.prompt_tokens) - 1
                 index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last)
                 if last:
                     logit_owners.append((index, job))
+            if end - job.prefill_cursor >= 2 and slot.batch_computed == len(slot.cached):
+                slot.batch_computed = end
             slot.cached.extend(job.prompt_tokens[job.prefill_cursor : end])
             job.prefill_cursor = end
         if len(self.batch) == 0:
@@ -195,8 +211,15 @@ class LlamaCppBackend:
     # -- slots ------------------------------------------------------------
 
     def _admit_waiting(self) -> list[tuple[int, Completion]]:
-        """Give waiting requests an idle slot, keeping whatever prefix its cache shares."""
+        """Give waiting requests an idle slot, reusing every cached token they share.
+
+        A request whose prompt shares a long prefix with a request still being
+        prefilled waits for it, then forks its cache instead of computing the
+        same tokens again (judges rating one transcript, episodes sharing a
+        system prompt).
+        """
         rejected: list[tuple[int, Completion]] = []
+        deferred: list[_Job] = []
         while self.waiting:
             idle = [slot for slot in self.slots if slot.job is None]
             if not idle:
@@ -205,20 +228,71 @@ class LlamaCppBackend:
             if len(job.prompt_tokens) + 1 >= self.context_length:
                 rejected.append(self._reject_overflow(job))
                 continue
+            if self._prefix_in_progress(job):
+                deferred.append(job)
+                continue
             slot = self._choose_slot(idle, job)
-            keep = min(_common_prefix(slot.cached, job.prompt_tokens), len(job.prompt_tokens) - 1)
-            if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
-                # Sliding-window caches cannot always be cut in the middle: start over.
-                C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-                keep = 0
-            del slot.cached[keep:]
+            keep = self._reuse_prefix(slot, job)
             slot.job = job
             slot.key = job.request.conversation_key
             job.slot = slot
             job.prefill_cursor = keep
             job.cached_tokens = keep
             job.sampler = build_sampler_chain(self.model, job.request.sampling, job.request.grammar)
+        self.waiting.extendleft(reversed(deferred))
         return rejected
+
+    def _prefix_in_progress(self, job: _Job) -> bool:
+        """Whether a running prefill is computing a long prefix of this prompt right now."""
+        for slot in self.slots:
+            running = slot.job
+            if running is None or running.prefill_cursor >= len(running.prompt_tokens):
+                continue
+            shared = _common_prefix(running.prompt_tokens, job.prompt_tokens)
+            if shared >= MIN_SHARED_PREFIX and running.prefill_cursor < shared:
+                return True
+        return False
+
+    def _reuse_prefix(self, slot: _Slot, job: _Job) -> int:
+        """Prepare `slot` for `job`; returns how many prompt tokens are already in its cache.
+
+        The slot keeps what it shares with the prompt. If another slot shares a
+        clearly longer prefix, its whole stream is copied over (the copy runs
+        inside the next `llama_decode`) and cut to the shared part.
+        """
+        limit = len(job.prompt_tokens) - 1  # the last prompt token is always decoded for its logits
+        keep = self._reusable(slot, job, limit)
+        donor, shared = None, keep
+        for other in self.slots:
+            if other is slot or not other.cached:
+                continue
+            length = self._reusable(other, job, limit)
+            if length > shared:
+                donor, shared = other, length
+        if donor is not None and shared - keep >= MIN_SHARED_PREFIX:
+            C.llama_memory_seq_cp(self.memory, donor.seq_id, slot.seq_id, -1, -1)
+            slot.cached = list(donor.cached)
+            slot.batch_computed = donor.batch_computed
+            keep = shared
+            self.counters.forked_tokens += shared
+        if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
+            # Sliding-window caches cannot always be cut in the middle: start over.
+            C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+            keep = 0
+        del slot.cached[keep:]
+        slot.batch_computed = min(slot.batch_computed, keep)
+        return keep
+
+    def _reusable(self, slot: _Slot, job: _Job, limit: int) -> int:
+        """Cached tokens of `slot` that `job` may keep.
+
+        Tokens generated one at a time were computed by a different ggml kernel
+        (matrix-vector) than prompt tokens (matrix-matrix), so their KV differs
+        in the last bits. In exact mode only batch-computed tokens are reused,
+        which makes every result independent of batching and cache state.
+        """
+        shared = min(_common_prefix(slot.cached, job.prompt_tokens), limit)
+        return min(shared, slot.batch_computed) if self.exact_kv else shared
 
     @staticmethod
     def _choose_slot(idle: list[_Slot], job: _Job) -> _Slot:

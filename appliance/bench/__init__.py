@@ -1,0 +1,1 @@
+"""`appliance bench`: fixed, seeded workloads measured against their baselines in one run."""

@@ -1,0 +1,99 @@
+"""The ceiling: a bare ctypes loop of batched `llama_decode` with greedy sampling in C.
+
+No slots, no scheduler, no text: N sequences prefilled together, then one
+token per sequence per `llama_decode` until each has T tokens. The engine is
+measured against this on the same prompts and token counts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as C
+
+from appliance.engine.llama_native import LlamaModel, TokenBatch
+
+
+@dataclass(frozen=True)
+class DecodeTiming:
+    sequences: int
+    generated_tokens: int
+    prefill_tokens: int
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def raw_batched_decode(
+    model: LlamaModel,
+    prompts: list[list[int]],
+    new_tokens: int,
+    *,
+    context_length: int,
+    threads: int | None = None,
+    kv_unified: bool = False,
+    flash_attention: bool = False,
+    batch_tokens: int = 512,
+) -> DecodeTiming:
+    """Prefill every prompt, then decode `new_tokens` greedy tokens for each (EOS ignored)."""
+    count = len(prompts)
+    params = C.llama_context_default_params()
+    params.n_ctx = context_length * count
+    params.n_batch = params.n_ubatch = batch_tokens
+    params.n_seq_max = count
+    params.kv_unified = kv_unified
+    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+    params.no_perf = True
+    context = C.llama_init_from_model(model.handle, params)
+    batch = TokenBatch(max(batch_tokens, count))
+    samplers = [C.llama_sampler_init_greedy() for _ in range(count)]
+    try:
+        started = time.perf_counter()
+        next_token = [0] * count
+        pending = [
+            (seq, position, token) for seq, prompt in enumerate(prompts) for position, token in enumerate(prompt)
+        ]
+        while pending:
+            batch.clear()
+            chunk, pending = pending[:batch_tokens], pending[batch_tokens:]
+            finishing: list[tuple[int, int]] = []
+            for seq, position, token in chunk:
+                is_last = position == len(prompts[seq]) - 1
+                index = batch.add(token, position, seq, is_last)
+                if is_last:
+                    finishing.append((seq, index))
+            if C.llama_decode(context, batch.raw) != 0:
+                raise RuntimeError("llama_decode failed during prefill")
+            for seq, index in finishing:  # logits live only until the next decode
+                next_token[seq] = int(C.llama_sampler_sample(samplers[seq], context, index))
+        positions = [len(prompt) for prompt in prompts]
+        for _ in range(new_tokens - 1):
+            batch.clear()
+            for seq in range(count):
+                batch.add(next_token[seq], positions[seq], seq, True)
+                positions[seq] += 1
+            if C.llama_decode(context, batch.raw) != 0:
+                raise RuntimeError("llama_decode failed during decode")
+            next_token = [int(C.llama_sampler_sample(samplers[seq], context, seq)) for seq in range(count)]
+        wall = time.perf_counter() - started
+    finally:
+        for sampler in samplers:
+            C.llama_sampler_free(sampler)
+        batch.close()
+        C.llama_free(context)
+    return DecodeTiming(
+        sequences=count,
+        generated_tokens=count * new_tokens,
+        prefill_tokens=sum(len(prompt) for prompt in prompts),
+        wall_s=wall,
+    )
+
+
+def load_for_bench(path: Path, name: str) -> LlamaModel:
+    return LlamaModel(path, name)
