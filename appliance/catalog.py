@@ -50,6 +50,7 @@ class ModelSpec(BaseModel):
     exact_kv: bool = Field(default=True, description="reuse only batch-computed KV: results independent of batching")
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences instead of one per sequence")
     flash_attention: bool = Field(default=False, description="ggml's flash-attention kernel (not batch-invariant)")
+    kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
 

@@ -47,6 +47,10 @@ class EpisodeContext:
     seed: int
     scheduler: Scheduler
     roles: dict[str, RoleBinding]
+    #: every request decoded greedily (benchmarks compare transcripts at temperature 0)
+    force_greedy: bool = False
+    #: a cap on conversation turns that families with turn counts respect
+    max_turns: int | None = None
     messages: list[MessageRecord] = field(default_factory=list)
     judgments: list[JudgmentRecord] = field(default_factory=list)
     scores: list[ScoreRecord] = field(default_factory=list)
@@ -76,7 +80,10 @@ class EpisodeContext:
         target = binding.model
         self._request_count += 1
         seed_layer = Sampling(seed=derive_seed(self.seed, self.episode_id, role, target, self._request_count))
-        resolved = ResolvedSampling.from_layers(seed_layer, binding.model_sampling, sampling, binding.role_override)
+        greedy = Sampling(temperature=0.0) if self.force_greedy else None
+        resolved = ResolvedSampling.from_layers(
+            seed_layer, binding.model_sampling, sampling, binding.role_override, greedy
+        )
         request = GenerationRequest(
             messages=tuple(messages),
             sampling=resolved,

@@ -49,6 +49,8 @@ class RunConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     parallel: int = Field(default=8, ge=1)
     models_file: str
+    greedy: bool = False
+    turns: int | None = Field(default=None, ge=1)
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,14 @@ class Runner:
         }
         for judge in config.panel.judges:
             roles[f"judge:{judge}"] = self._binding(judge, "judge")
-        ctx = EpisodeContext(episode_id=planned.episode_id, seed=planned.seed, scheduler=scheduler, roles=roles)
+        ctx = EpisodeContext(
+            episode_id=planned.episode_id,
+            seed=planned.seed,
+            scheduler=scheduler,
+            roles=roles,
+            force_greedy=config.greedy,
+            max_turns=config.turns,
+        )
         started_at = datetime.now(UTC).replace(tzinfo=None)
         clock = time.perf_counter()
         error: str | None = None

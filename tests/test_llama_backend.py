@@ -54,8 +54,8 @@ def test_batched_greedy_text_equals_each_sequence_alone(smollm2: LlamaCppBackend
     steps = smollm2.counters.decode_calls - calls_before
     assert [c.text for c in together] == [c.text for c in alone]
     assert all(c.completion_tokens > 0 for c in together)
-    # All four decoded in the same steps: far fewer decode calls than tokens generated.
-    assert steps <= max(c.completion_tokens for c in together) + 2
+    # One llama_decode per prompt (prefill), then one per step for all four together.
+    assert steps <= max(c.completion_tokens for c in together) + len(PROMPTS)
 
 
 @pytest.fixture(scope="module")

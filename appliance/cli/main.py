@@ -156,6 +156,42 @@ def report(
         print_leaderboard(console, board)
 
 
+@app.command()
+def bench(
+    quick: Annotated[bool, typer.Option("--quick", help="smaller workloads (a few minutes)")] = False,
+    panel: Annotated[str, typer.Option(help="judge panel for the end-to-end workload")] = "default",
+    out: Annotated[Path, typer.Option(help="folder for the JSON and markdown results")] = Path("bench_results"),
+    db: DbOption = None,
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Engine vs raw decode loop, appliance vs stateless baseline, memory; writes bench_results/."""
+    from appliance.bench.suite import run_bench, write_outputs
+
+    catalog = _catalog(models)
+    chosen = get_panel(judges_dir() / "panels.toml", panel)
+    with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
+        report = run_bench(catalog, chosen, quick=quick, say=(lambda text: None) if as_json else console.print)
+        store.write_bench(
+            report.bench_id,
+            report.started_at,
+            report.quick,
+            report.machine,
+            report.versions,
+            json.loads(report.model_dump_json()),
+        )
+    json_path, markdown_path = write_outputs(report, out)
+    if as_json:
+        print(report.model_dump_json())
+        return
+    for name, target in report.targets.items():
+        console.print(
+            f"{name}: wanted {target['target']}, measured {target['measured']} -> "
+            f"{'met' if target['met'] else 'NOT met'}"
+        )
+    console.print(f"wrote {json_path} and {markdown_path}")
+
+
 @models_app.command("list")
 def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> None:
     """Name, backend, file, size and presence of every model."""

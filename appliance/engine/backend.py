@@ -25,6 +25,8 @@ class BackendCounters:
     completion_tokens: int = 0
     decode_calls: int = 0
     forked_tokens: int = 0  # prompt tokens copied from another sequence's cache
+    peak_kv_cells: int = 0  # most tokens held in the KV cache at once
+    moved_caches: int = 0  # caches moved to keep decoding sequences on consecutive ids
 
 
 class Backend(Protocol):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
-from appliance.errors import ApplianceError
 
 
 def open_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
@@ -22,8 +21,18 @@ def open_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend
             exact_kv=spec.exact_kv,
             kv_unified=spec.kv_unified,
             flash_attention=spec.flash_attention,
+            kv_budget_mb=spec.kv_budget_mb,
         )
-    raise ApplianceError(
-        f"{catalog.source} [models.{spec.name}]: backend '{spec.backend}' is not available in this version "
-        "(only llama_cpp so far)"
-    )
+    if spec.backend == "transformers":
+        from appliance.engine.transformers_backend import TransformersBackend
+
+        return TransformersBackend(
+            catalog.resolve_path(spec),
+            name=spec.name,
+            chat_format=spec.chat_format,
+            slots=max(1, min(spec.slots, parallel * 4)),
+            threads=spec.threads,
+        )
+    from appliance.engine.vllm_backend import VllmBackend
+
+    return VllmBackend(catalog.resolve_path(spec), spec)

@@ -80,13 +80,27 @@ class LlamaCppBackend:
         kv_unified: bool = False,
         flash_attention: bool = False,
         exact_kv: bool = True,
+        reuse_cache: bool = True,
+        kv_budget_mb: int | None = None,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
+        self.reuse_cache = reuse_cache
         self.model = LlamaModel(model_path, name)
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
+        self.kv_bytes_per_token = self.model.kv_bytes_per_token()
+        if kv_budget_mb is not None:
+            # The budget caps the sequences that hold a cache at once; the others wait,
+            # and a conversation whose cache was evicted is prefilled again when it returns.
+            affordable = (kv_budget_mb * 1024 * 1024) // (context_length * self.kv_bytes_per_token)
+            if affordable < 1:
+                self.model.close()
+                raise ApplianceError(
+                    f"model '{name}': kv_budget_mb={kv_budget_mb} cannot hold one sequence of {context_length} tokens"
+                )
+            slots = min(slots, int(affordable))
         params = C.llama_context_default_params()
         params.n_ctx = context_length * slots
         params.n_batch = batch_tokens
@@ -119,7 +133,7 @@ class LlamaCppBackend:
 
     def submit(self, request: GenerationRequest) -> int:
         formatted = (
-            FormattedPrompt(text=request.prompt, parse_special=False)
+            FormattedPrompt(text=request.prompt, parse_special=True)
             if request.prompt is not None
             else self.formatter.render(request.messages)
         )
@@ -146,10 +160,17 @@ class LlamaCppBackend:
     # -- the decode loop --------------------------------------------------
 
     def step(self) -> list[tuple[int, Completion]]:
+        """One token for every decoding sequence, then prefill within the token budget.
+
+        With one KV stream per sequence, llama.cpp splits a batch into micro-batches
+        that hold an equal number of tokens from sequences with consecutive ids. So the
+        decode tokens go in one call (slots are kept compact so their ids are
+        consecutive), and each prefill chunk in a call of its own: mixed with decode
+        tokens, a chunk's first token would be computed alone, by another kernel.
+        """
         finished = self._admit_waiting()
         self.batch.clear()
-        logit_owners: list[tuple[int, _Job]] = []
-        # Decoding sequences first: one token each keeps their latency low.
+        decoding: list[tuple[int, _Job]] = []
         for slot in self.slots:
             job = slot.job
             if job is None or job.pending_token is None:
@@ -157,33 +178,45 @@ class LlamaCppBackend:
             index = self.batch.add(job.pending_token, len(slot.cached), slot.seq_id, True)
             slot.cached.append(job.pending_token)
             job.pending_token = None
-            logit_owners.append((index, job))
-        # Then prefill chunks within what is left of the batch.
+            decoding.append((index, job))
+        if decoding:
+            finished.extend(self._decode_and_sample(decoding))
+        budget = self.batch_tokens
         for slot in self.slots:
             job = slot.job
-            if job is None or job.prefill_cursor >= len(job.prompt_tokens):
+            if job is None or job.prefill_cursor >= len(job.prompt_tokens) or budget < 2:
                 continue
-            room = self.batch_tokens - len(self.batch)
             remaining = len(job.prompt_tokens) - job.prefill_cursor
-            if room < min(2, remaining):
-                break  # a one-token slice of a longer prompt would take ggml's other kernel path
-            end = job.prefill_cursor + min(remaining, room)
-            for position in range(job.prefill_cursor, end):
-                last = position == len(job.prompt_tokens) - 1
-                index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last)
-                if last:
-                    logit_owners.append((index, job))
-            if end - job.prefill_cursor >= 2 and slot.batch_computed == len(slot.cached):
-                slot.batch_computed = end
-            slot.cached.extend(job.prompt_tokens[job.prefill_cursor : end])
-            job.prefill_cursor = end
-        if len(self.batch) == 0:
-            return finished
+            size = min(remaining, budget)
+            if size < remaining and remaining - size < 2:
+                size = max(2, remaining - 2)  # never leave a lone token before the last one
+            budget -= size
+            finished.extend(self._prefill_chunk(slot, job, size))
+        return finished
+
+    def _prefill_chunk(self, slot: _Slot, job: _Job, size: int) -> list[tuple[int, Completion]]:
+        self.batch.clear()
+        start, end = job.prefill_cursor, job.prefill_cursor + size
+        owner: list[tuple[int, _Job]] = []
+        for position in range(start, end):
+            last = position == len(job.prompt_tokens) - 1
+            index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last)
+            if last:
+                owner.append((index, job))
+        if size >= 2 and slot.batch_computed == len(slot.cached):
+            slot.batch_computed = end
+        slot.cached.extend(job.prompt_tokens[start:end])
+        job.prefill_cursor = end
+        return self._decode_and_sample(owner)
+
+    def _decode_and_sample(self, owners: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
         status = C.llama_decode(self.context, self.batch.raw)
         self.counters.decode_calls += 1
+        self.counters.peak_kv_cells = max(self.counters.peak_kv_cells, sum(len(s.cached) for s in self.slots))
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}'")
-        for index, job in logit_owners:
+        finished = []
+        for index, job in owners:
             token = int(C.llama_sampler_sample(job.sampler, self.context, index))
             outcome = self._accept_token(job, token)
             if outcome is not None:
@@ -192,13 +225,16 @@ class LlamaCppBackend:
 
     def _accept_token(self, job: _Job, token: int) -> FinishReason | None:
         """Record a sampled token; return a finish reason when the request is done."""
-        if self.model.is_end_of_generation(token):
+        if self.model.is_end_of_generation(token) and not job.request.sampling.ignore_eos:
             return "stop"
         job.generated.append(token)
-        job.text_bytes.extend(self.model.piece(token))
+        piece = self.model.piece(token)
+        job.text_bytes.extend(piece)
         if job.stop:
-            text = job.text_bytes.decode("utf-8", errors="ignore")
-            if any(stop in text for stop in job.stop):
+            # Only the tail can hold a stop string that this token completed.
+            window = max(len(stop.encode()) for stop in job.stop) + len(piece) + 3
+            tail = job.text_bytes[-window:].decode("utf-8", errors="ignore")
+            if any(stop in tail for stop in job.stop):
                 return "stop"
         if len(job.generated) >= job.request.sampling.max_tokens:
             return "length"
@@ -291,31 +327,38 @@ class LlamaCppBackend:
         in the last bits. In exact mode only batch-computed tokens are reused,
         which makes every result independent of batching and cache state.
         """
+        if not self.reuse_cache:
+            return 0
         shared = min(_common_prefix(slot.cached, job.prompt_tokens), limit)
         return min(shared, slot.batch_computed) if self.exact_kv else shared
 
-    @staticmethod
-    def _choose_slot(idle: list[_Slot], job: _Job) -> _Slot:
-        """Own conversation first; then a free slot; then one sharing a long prefix; then LRU.
+    def _choose_slot(self, idle: list[_Slot], job: _Job) -> _Slot:
+        """The lowest idle slot, so that decoding sequences have consecutive ids.
 
-        Taking a slot evicts the conversation cached there, so a short shared
-        prefix (a chat header) is not worth it; a shared rubric or transcript is.
+        If that slot holds a cache worth more than the least recently used idle one
+        (its own conversation, or something used more recently), that cache is moved
+        there first; the prefix the request needs is then copied in by `_reuse_prefix`.
         """
-        key = job.request.conversation_key
-        if key is not None:
-            for slot in idle:
-                if slot.key == key:
-                    return slot
-        empty = [slot for slot in idle if not slot.cached]
-        if empty:
-            return empty[0]
-        shared, best = max(
-            ((_common_prefix(slot.cached, job.prompt_tokens), slot) for slot in idle),
-            key=lambda pair: (pair[0], -pair[1].last_used),
-        )
-        if shared >= MIN_SHARED_PREFIX:
-            return best
-        return min(idle, key=lambda slot: slot.last_used)
+        target = idle[0]
+        limit = len(job.prompt_tokens) - 1
+        if not target.cached or self._reusable(target, job, limit) >= max(
+            self._reusable(other, job, limit) for other in self.slots
+        ):
+            return target
+        spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key]
+        if spare:
+            victim = min(spare, key=lambda slot: (bool(slot.cached), slot.last_used))
+            if not victim.cached or victim.last_used < target.last_used:
+                self._move_cache(target, victim)
+        return target
+
+    def _move_cache(self, source: _Slot, destination: _Slot) -> None:
+        C.llama_memory_seq_cp(self.memory, source.seq_id, destination.seq_id, -1, -1)
+        destination.cached = list(source.cached)
+        destination.batch_computed = source.batch_computed
+        destination.key, destination.last_used = source.key, source.last_used
+        source.key = None
+        self.counters.moved_caches += 1
 
     def _finish(self, job: _Job, reason: FinishReason) -> tuple[int, Completion]:
         text = job.text_bytes.decode("utf-8", errors="replace")
@@ -359,6 +402,15 @@ class LlamaCppBackend:
         self.counters.prompt_tokens += completion.prompt_tokens
         self.counters.cached_prompt_tokens += completion.cached_prompt_tokens
         self.counters.completion_tokens += completion.completion_tokens
+
+    def forget_caches(self) -> None:
+        """Drop every idle sequence's cache (benchmarks start each workload cold)."""
+        for slot in self.slots:
+            if slot.job is None:
+                C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+                slot.cached.clear()
+                slot.batch_computed = 0
+                slot.key = None
 
     def close(self) -> None:
         for slot in self.slots:

@@ -63,6 +63,21 @@ class LlamaModel:
         self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
         template = C.llama_model_chat_template(self.handle, None)
         self.chat_template: bytes | None = template if template else None
+        self._jinja_template: Any = None
+
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(256)
+        written = C.llama_model_meta_val_str(self.handle, key.encode(), buffer, 256)
+        return buffer.value.decode() if written >= 0 else None
+
+    def kv_bytes_per_token(self) -> int:
+        """f16 K and V of one token over all layers (an upper bound for sliding-window models)."""
+        architecture = self.metadata("general.architecture") or ""
+        head_dim = int(C.llama_model_n_embd(self.handle)) // max(1, int(C.llama_model_n_head(self.handle)))
+        key_dim = int(self.metadata(f"{architecture}.attention.key_length") or head_dim)
+        value_dim = int(self.metadata(f"{architecture}.attention.value_length") or head_dim)
+        heads = int(C.llama_model_n_head_kv(self.handle))
+        return int(C.llama_model_n_layer(self.handle)) * heads * (key_dim + value_dim) * 2
 
     def close(self) -> None:
         if self.handle:
@@ -92,10 +107,43 @@ class LlamaModel:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(C.llama_vocab_is_eog(self.vocab, token))
 
+    def special_piece(self, token: int) -> str:
+        buffer = ctypes.create_string_buffer(64)
+        size = C.llama_token_to_piece(self.vocab, token, buffer, 64, 0, True)
+        return buffer.raw[: max(size, 0)].decode("utf-8", errors="replace")
+
     def apply_chat_template(self, messages: Sequence[Message]) -> str:
-        """Render with the GGUF's template through llama.cpp's built-in template engine."""
+        """Render the GGUF's Jinja chat template, as transformers would.
+
+        llama.cpp's built-in engine only recognises known template families and can
+        differ in details (SmolLM2's template adds a default system message; the
+        built-in ChatML does not), so it is the fallback, not the default.
+        """
         if self.chat_template is None:
             raise ApplianceError(f"model '{self.name}': its GGUF has no chat template (use chat_format = \"plain\")")
+        try:
+            return self._render_jinja(messages)
+        except Exception:  # templates use features a sandbox may refuse; llama.cpp knows the common ones
+            return self._render_builtin(messages)
+
+    def _render_jinja(self, messages: Sequence[Message]) -> str:
+        if self._jinja_template is None:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            assert self.chat_template is not None
+            self._jinja_template = environment.from_string(self.chat_template.decode("utf-8"))
+        return str(
+            self._jinja_template.render(
+                messages=[{"role": m.role, "content": m.content} for m in messages],
+                add_generation_prompt=True,
+                bos_token=self.special_piece(C.llama_vocab_bos(self.vocab)),
+                eos_token=self.special_piece(C.llama_vocab_eos(self.vocab)),
+            )
+        )
+
+    def _render_builtin(self, messages: Sequence[Message]) -> str:
+        assert self.chat_template is not None
         keep_alive = [(m.role.encode(), m.content.encode("utf-8")) for m in messages]
         chat = (C.llama_chat_message * len(messages))()
         for index, (role, content) in enumerate(keep_alive):

@@ -29,6 +29,7 @@ class Sampling(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     stop: list[str] | None = None
     seed: int | None = Field(default=None, ge=0)
+    ignore_eos: bool | None = None
 
     def merged(self, *overrides: Sampling | None) -> Sampling:
         """Later layers win, field by field, where they set a value."""
@@ -53,6 +54,7 @@ class ResolvedSampling(BaseModel):
     max_tokens: int = 128
     stop: tuple[str, ...] = ()
     seed: int = 0
+    ignore_eos: bool = False  # benchmarks: always generate max_tokens
 
     @classmethod
     def from_layers(cls, *layers: Sampling | None) -> ResolvedSampling:
@@ -66,6 +68,8 @@ class ResolvedSampling(BaseModel):
 class GenerationRequest(BaseModel):
     """What an episode asks of a model.
 
+    Either `messages` (formatted by the model's chat format) or `prompt`, a
+    raw, already formatted text whose control tokens are parsed.
     `conversation_key` names the conversation this request continues, so a
     backend can keep that conversation's KV cache between turns and prefill
     only what is new.

@@ -171,7 +171,7 @@ class PingPongFamily:
             Message(role="system", content=render(prompts.interrogator_system, fields, source)),
             Message(role="user", content=render(opening, fields, source)),
         ]
-        for _ in range(situation.turns):
+        for _ in range(ctx.max_turns or situation.turns):
             question = await ctx.generate(
                 "interrogator", interrogator_view, sampling=INTERROGATOR_SAMPLING, record=False
             )

@@ -84,6 +84,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "bench results",
+        """
+        CREATE TABLE bench (
+            bench_id VARCHAR PRIMARY KEY,
+            started_at TIMESTAMP NOT NULL,
+            quick BOOLEAN NOT NULL,
+            machine JSON NOT NULL,
+            versions JSON NOT NULL,
+            results JSON NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

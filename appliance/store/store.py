@@ -198,6 +198,20 @@ class Store:
                     ],
                 )
 
+    def write_bench(
+        self,
+        bench_id: str,
+        started_at: datetime,
+        quick: bool,
+        machine: dict[str, Any],
+        versions: dict[str, str],
+        results: dict[str, Any],
+    ) -> None:
+        self.connection.execute(
+            "INSERT INTO bench VALUES (?, ?, ?, ?, ?, ?)",
+            [bench_id, started_at, quick, json.dumps(machine), json.dumps(versions), json.dumps(results)],
+        )
+
     def finish_run(self, run_id: str, status: str, wall_s: float) -> None:
         self.connection.execute(
             "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",

@@ -1,0 +1,245 @@
+"""`appliance bench`: the three workloads in one process, one after another.
+
+Targets (SmolLM2-135M Q4_1, 2 threads, nothing else running): engine decode
+throughput at 16 and 32 sequences >= 90% of the raw loop; the PingPong
+workload >= 4x faster than the sequential stateless baseline; peak RSS
+<= 2 GB with 64 live conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from appliance.bench.decode import DecodePoint, decode_point
+from appliance.bench.e2e import EndToEndResult, end_to_end
+from appliance.bench.machine import describe_machine
+from appliance.bench.memory import MemoryResult
+from appliance.catalog import Catalog, sha256_of
+from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.judging.panels import Panel
+from appliance.runner import package_versions
+from appliance.scenarios import load_family
+
+TARGET_DECODE_RATIO = 0.90
+TARGET_E2E_SPEEDUP = 4.0
+TARGET_PEAK_RSS_MB = 2048.0
+
+
+class BenchPlan(BaseModel):
+    model: str = "smollm2-135m"
+    sequences: list[int] = [1, 4, 16, 32, 64]
+    new_tokens: int = 64
+    conversations: int = 16
+    turns: int = 4
+    memory_conversations: int = 64
+    memory_turns: int = 3
+    memory_context: int = 1024
+    memory_budget_mb: int = 1024
+    seed: int = 0
+    repeats: int = 3
+
+    @classmethod
+    def quick(cls) -> BenchPlan:
+        return cls(
+            sequences=[1, 4, 16],
+            new_tokens=32,
+            conversations=4,
+            turns=2,
+            memory_conversations=16,
+            memory_turns=2,
+            memory_budget_mb=256,
+            repeats=1,
+        )
+
+
+class BenchReport(BaseModel):
+    bench_id: str
+    started_at: datetime
+    quick: bool
+    plan: BenchPlan
+    machine: dict[str, Any]
+    versions: dict[str, str]
+    model_hashes: dict[str, str]
+    decode: list[DecodePoint]
+    engine_vs_raw: dict[str, float]
+    e2e: EndToEndResult
+    e2e_speedup: float
+    transcripts_identical: bool
+    memory: MemoryResult
+    peak_rss_mb: float
+    targets: dict[str, dict[str, Any]]
+    wall_s: float
+
+
+def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str], None]) -> BenchReport:
+    plan = BenchPlan.quick() if quick else BenchPlan()
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).replace(tzinfo=None)
+    spec = catalog.get(plan.model)
+    model_path = catalog.resolve_path(spec)
+
+    say(f"decode: engine vs raw llama_decode loop at {plan.sequences} sequences")
+    points: list[DecodePoint] = []
+    for sequences in plan.sequences:
+        backend = LlamaCppBackend(model_path, name=spec.name, context_length=256, slots=sequences, threads=spec.threads)
+        try:
+            point = decode_point(backend, sequences, plan.new_tokens, plan.seed, plan.repeats)
+        finally:
+            backend.close()
+        points.append(point)
+        say(
+            f"  {sequences:>3} sequences: engine {point.engine_tokens_per_s:7.1f} tok/s, "
+            f"raw {point.raw_tokens_per_s:7.1f} tok/s, ratio {point.ratio:.2f}"
+        )
+
+    say(f"end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, panel {panel.judges}")
+    e2e = end_to_end(
+        catalog,
+        load_family("pingpong"),
+        conversations=plan.conversations,
+        turns=plan.turns,
+        player=plan.model,
+        interrogator=plan.model,
+        panel=panel,
+        seed=plan.seed,
+        parallel=plan.conversations,
+    )
+    say(
+        f"  appliance {e2e.appliance.wall_s:.1f} s, baseline {e2e.baseline.wall_s:.1f} s, "
+        f"speedup {e2e.speedup:.2f}x, transcripts identical: {e2e.transcripts_identical}"
+    )
+
+    say(f"memory: {plan.memory_conversations} live conversations, KV budget {plan.memory_budget_mb} MB")
+    memory = _memory_in_subprocess(model_path, plan)
+    say(
+        f"  peak RSS {memory.peak_rss_mb:.0f} MB, peak KV {memory.peak_kv_cells} cells ({memory.peak_kv_mb:.0f} MB), "
+        f"{memory.slots} slots"
+    )
+
+    ratios = {str(point.sequences): round(point.ratio, 4) for point in points}
+    targets = {
+        "engine_vs_raw_at_16_32": {
+            "target": f">= {TARGET_DECODE_RATIO}",
+            "measured": {k: ratios[k] for k in ("16", "32") if k in ratios},
+            "met": all(ratios[k] >= TARGET_DECODE_RATIO for k in ("16", "32") if k in ratios),
+        },
+        "e2e_speedup": {
+            "target": f">= {TARGET_E2E_SPEEDUP}",
+            "measured": round(e2e.speedup, 3),
+            "met": e2e.speedup >= TARGET_E2E_SPEEDUP,
+        },
+        "peak_rss_mb": {
+            "target": f"<= {TARGET_PEAK_RSS_MB} with {plan.memory_conversations} conversations",
+            "measured": round(memory.peak_rss_mb, 1),
+            "met": memory.peak_rss_mb <= TARGET_PEAK_RSS_MB,
+        },
+    }
+    hashes = {name: sha256_of(catalog.resolve_path(catalog.get(name))) for name in {plan.model, *panel.judges}}
+    return BenchReport(
+        bench_id=started_at.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else ""),
+        started_at=started_at,
+        quick=quick,
+        plan=plan,
+        machine=describe_machine(),
+        versions=package_versions(),
+        model_hashes=hashes,
+        decode=points,
+        engine_vs_raw=ratios,
+        e2e=e2e,
+        e2e_speedup=e2e.speedup,
+        transcripts_identical=e2e.transcripts_identical,
+        memory=memory,
+        peak_rss_mb=memory.peak_rss_mb,
+        targets=targets,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _memory_in_subprocess(model: Path, plan: BenchPlan) -> MemoryResult:
+    command = [
+        sys.executable,
+        "-m",
+        "appliance.bench.memory",
+        str(model),
+        "--conversations",
+        str(plan.memory_conversations),
+        "--turns",
+        str(plan.memory_turns),
+        "--context-length",
+        str(plan.memory_context),
+        "--budget-mb",
+        str(plan.memory_budget_mb),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"memory workload failed: {result.stderr[-2000:]}")
+    return MemoryResult(**json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def write_outputs(report: BenchReport, folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"bench-{report.bench_id}"
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(report.model_dump_json(indent=2) + "\n")
+    markdown_path = stem.with_suffix(".md")
+    markdown_path.write_text(render_markdown(report))
+    return json_path, markdown_path
+
+
+def render_markdown(report: BenchReport) -> str:
+    e2e = report.e2e
+    lines = [
+        f"# appliance bench {report.bench_id}",
+        "",
+        f"Machine: {report.machine['cpu']}, {report.machine['cores']} cores, {report.machine['memory_gb']} GB; "
+        f"llama-cpp-python {report.versions.get('llama-cpp-python')}; model {report.plan.model} "
+        f"(sha256 {report.model_hashes.get(report.plan.model, '?')[:16]}...). Total {report.wall_s:.0f} s.",
+        "",
+        "## Decode throughput (greedy, EOS ignored, prefill included)",
+        "",
+        "| sequences | engine tok/s | raw loop tok/s | engine / raw |",
+        "| ---: | ---: | ---: | ---: |",
+        *[
+            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | {p.raw_tokens_per_s:.1f} | {p.ratio:.2f} |"
+            for p in report.decode
+        ],
+        "",
+        f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
+        "",
+        "| arm | wall s | episodes/hour | prefill tokens | cached prompt tokens | decode tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {name} | {arm.wall_s:.1f} | {arm.episodes_per_hour:.1f} | {arm.prefill_tokens} | "
+            f"{arm.cached_prompt_tokens} | {arm.decode_tokens} |"
+            for name, arm in (("appliance", e2e.appliance), ("sequential stateless baseline", e2e.baseline))
+        ],
+        "",
+        f"Speedup {e2e.speedup:.2f}x. Transcripts and verdicts identical at temperature 0: "
+        f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
+        "",
+        f"## Memory: {report.memory.conversations} live conversations x {report.memory.turns} turns",
+        "",
+        f"KV budget {report.memory.kv_budget_mb} MB -> {report.memory.slots} slots of {report.memory.context_length} "
+        f"tokens; peak KV {report.memory.peak_kv_cells} cells ({report.memory.peak_kv_mb:.0f} MB); "
+        f"peak RSS {report.memory.peak_rss_mb:.0f} MB.",
+        "",
+        "## Targets",
+        "",
+        "| target | wanted | measured | met |",
+        "| --- | --- | --- | --- |",
+        *[
+            f"| {name} | {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |"
+            for name, t in report.targets.items()
+        ],
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""The vLLM backend, for GPU machines: whole batches through `LLM.generate`.
+
+vLLM is an optional extra (`pip install -e '.[gpu]'`), imported only when a
+model in models.toml uses it; it needs an NVIDIA GPU and cannot be installed
+on CPU-only machines. Prefix caching is on, so shared prefixes and earlier
+turns are not recomputed; constrained roles get the request's GBNF grammar as
+a structured-output constraint; `tensor_parallel_size` spreads a model over
+several GPUs. Each step sends every queued request to vLLM at once and lets
+its own scheduler batch them continuously.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from appliance.catalog import ModelSpec
+from appliance.engine.backend import BackendCounters
+from appliance.engine.chat_format import PlainTranscriptFormat
+from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
+from appliance.errors import ApplianceError
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise ApplianceError(
+            "the vllm backend needs vLLM and an NVIDIA GPU: pip install -e '.[gpu]' on a GPU machine"
+        ) from None
+    return vllm
+
+
+def _structured(vllm: Any, grammar: str) -> dict[str, Any]:
+    """Newer vLLM takes `structured_outputs`, older `guided_decoding`."""
+    sampling_module = vllm.sampling_params
+    if hasattr(sampling_module, "StructuredOutputsParams"):
+        return {"structured_outputs": sampling_module.StructuredOutputsParams(grammar=grammar)}
+    return {"guided_decoding": sampling_module.GuidedDecodingParams(grammar=grammar)}
+
+
+class VllmBackend:
+    def __init__(self, path: Path, spec: ModelSpec, *, tensor_parallel_size: int = 1) -> None:
+        self.vllm = _import_vllm()
+        try:
+            import torch
+
+            has_gpu = bool(torch.cuda.is_available())
+        except ImportError:
+            has_gpu = False
+        if not has_gpu:
+            raise ApplianceError(f"model '{spec.name}': the vllm backend needs a CUDA GPU and none is visible")
+        if not path.exists():
+            raise ApplianceError(f"model '{spec.name}': {path} not found")
+        self.name = spec.name
+        self.llm = self.vllm.LLM(
+            model=str(path),
+            max_model_len=spec.context_length,
+            enable_prefix_caching=True,
+            tensor_parallel_size=tensor_parallel_size,
+            max_num_seqs=spec.slots,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
+        self.plain = PlainTranscriptFormat()
+        self.queue: list[tuple[int, GenerationRequest, float]] = []
+        self.counters = BackendCounters()
+        self._next_ticket = 0
+
+    def submit(self, request: GenerationRequest) -> int:
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self.queue.append((ticket, request, time.perf_counter()))
+        self.counters.requests += 1
+        return ticket
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.queue)
+
+    def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
+        if request.prompt is not None:
+            return request.prompt, request.sampling.stop
+        if self.use_template:
+            messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)), (
+                request.sampling.stop
+            )
+        formatted = self.plain.render(request.messages)
+        return formatted.text, (*request.sampling.stop, *formatted.stop)
+
+    def _sampling(self, sampling: ResolvedSampling, stops: tuple[str, ...], grammar: str | None) -> Any:
+        extra = _structured(self.vllm, grammar) if grammar is not None else {}
+        return self.vllm.SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            min_p=sampling.min_p,
+            repetition_penalty=sampling.repeat_penalty,
+            max_tokens=sampling.max_tokens,
+            stop=list(stops),
+            seed=sampling.seed,
+            ignore_eos=sampling.ignore_eos,
+            **extra,
+        )
+
+    def step(self) -> list[tuple[int, Completion]]:
+        batch, self.queue = self.queue, []
+        if not batch:
+            return []
+        prompts = [self._prompt(request) for _, request, _ in batch]
+        params = [
+            self._sampling(request.sampling, stops, request.grammar)
+            for (_, request, _), (_, stops) in zip(batch, prompts, strict=True)
+        ]
+        outputs = self.llm.generate([text for text, _ in prompts], params, use_tqdm=False)
+        self.counters.decode_calls += 1
+        results: list[tuple[int, Completion]] = []
+        for (ticket, _, submitted), output in zip(batch, outputs, strict=True):
+            choice = output.outputs[0]
+            cached = int(getattr(output, "num_cached_tokens", 0) or 0)
+            completion = Completion(
+                text=choice.text,
+                finish_reason="stop" if choice.finish_reason == "stop" else "length",
+                prompt_tokens=len(output.prompt_token_ids),
+                cached_prompt_tokens=cached,
+                completion_tokens=len(choice.token_ids),
+                latency_s=time.perf_counter() - submitted,
+            )
+            self.counters.prompt_tokens += completion.prompt_tokens
+            self.counters.cached_prompt_tokens += cached
+            self.counters.completion_tokens += completion.completion_tokens
+            results.append((ticket, completion))
+        return results
+
+    def close(self) -> None:
+        self.queue.clear()

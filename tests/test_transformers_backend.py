@@ -1,0 +1,70 @@
+"""The transformers backend on CPU, loading the embedded SmolLM2 GGUF through `gguf_file=`.
+
+transformers dequantises the Q4_1 weights to float32, so its numbers are not
+llama.cpp's: greedy texts are compared and the agreement rate is printed,
+while the assertions are the ones that must hold whatever the rate.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
+
+pytestmark = [
+    pytest.mark.real_model,
+    pytest.mark.skipif(
+        importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None,
+        reason="torch/transformers not installed (pip install -e '.[hf]')",
+    ),
+]
+
+PROMPTS = ["Name a fruit that is yellow.", "What is two plus three?", "Give me a name for a cat.", "Say hello."]
+GREEDY = ResolvedSampling(temperature=0.0, max_tokens=12)
+
+
+def _drain(backend: object, requests: list[GenerationRequest]) -> list[Completion]:
+    tickets = [backend.submit(request) for request in requests]  # type: ignore[attr-defined]
+    done: dict[int, Completion] = {}
+    while backend.busy:  # type: ignore[attr-defined]
+        done.update(backend.step())  # type: ignore[attr-defined]
+    return [done[ticket] for ticket in tickets]
+
+
+@pytest.fixture(scope="module")
+def hf_backend(smollm2_path: Path) -> object:
+    from appliance.engine.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4, threads=2)
+    yield backend
+    backend.close()
+
+
+def test_batched_generation_equals_one_at_a_time(hf_backend: object) -> None:
+    requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
+    together = _drain(hf_backend, requests)
+    alone = [_drain(hf_backend, [request])[0] for request in requests]
+    assert all(c.completion_tokens > 0 and c.text for c in together)
+    # Left padding must not change greedy text; small float differences may, so require a majority.
+    same = sum(a.text == b.text for a, b in zip(together, alone, strict=True))
+    assert same >= len(PROMPTS) - 1, [(a.text, b.text) for a, b in zip(together, alone, strict=True)]
+
+
+def test_greedy_agreement_with_llama_cpp_is_measured(hf_backend: object, smollm2: LlamaCppBackend) -> None:
+    requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
+    ours = _drain(hf_backend, requests)
+    smollm2.forget_caches()
+    reference = _drain(smollm2, requests)
+    exact = sum(a.text.strip() == b.text.strip() for a, b in zip(ours, reference, strict=True))
+    first_word = sum(a.text.split()[:1] == b.text.split()[:1] for a, b in zip(ours, reference, strict=True))
+    print(f"\ntransformers vs llama_cpp greedy: {exact}/{len(PROMPTS)} identical, {first_word} same first word")
+    for a, b in zip(ours, reference, strict=True):
+        print(f"  hf: {a.text!r}\n  lc: {b.text!r}")
+    assert all(c.prompt_tokens == r.prompt_tokens for c, r in zip(ours, reference, strict=True)), (
+        "both backends must see the same chat-formatted prompt"
+    )
+    assert first_word >= len(PROMPTS) // 2
