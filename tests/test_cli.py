@@ -220,3 +220,11 @@ def test_models_check_generates_with_the_gemma_base_model() -> None:
     assert result.returncode == 0, result.stderr
     assert "generated" in result.stdout
     assert "\nUser:" not in result.stdout.split("generated", 1)[1]
+
+
+def test_vllm_backend_without_vllm_or_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.big]\nbackend = "vllm"\npath = "{tmp_path}"\n')
+    result = cli("models", "check", "big", "--models", str(models))
+    assert_clean_error(result, "vllm")
+    assert "GPU" in result.stderr

@@ -34,21 +34,12 @@ def _run(backend: LlamaCppBackend, requests: list[GenerationRequest]) -> list[Co
     return [done[ticket] for ticket in tickets]
 
 
-def _forget_caches(backend: LlamaCppBackend) -> None:
-    import llama_cpp as C
-
-    for slot in backend.slots:
-        C.llama_memory_seq_rm(backend.memory, slot.seq_id, -1, -1)
-        slot.cached.clear()
-        slot.key = None
-
-
 def test_batched_greedy_text_equals_each_sequence_alone(smollm2: LlamaCppBackend) -> None:
     alone = []
     for prompt in PROMPTS:
-        _forget_caches(smollm2)
+        smollm2.forget_caches()
         alone.extend(_run(smollm2, [_ask(prompt)]))
-    _forget_caches(smollm2)
+    smollm2.forget_caches()
     calls_before = smollm2.counters.decode_calls
     together = _run(smollm2, [_ask(prompt) for prompt in PROMPTS])
     steps = smollm2.counters.decode_calls - calls_before
@@ -70,13 +61,13 @@ def fresh_backend(smollm2_path: Path) -> Iterator[LlamaCppBackend]:
 def test_continuing_a_conversation_reuses_its_cache_and_matches_a_fresh_prefill(
     smollm2: LlamaCppBackend, fresh_backend: LlamaCppBackend, persona: str
 ) -> None:
-    _forget_caches(smollm2)
+    smollm2.forget_caches()
     history = [Message(role="system", content=persona)]
     for turn, question in enumerate(["Say a colour.", "Now say an animal.", "Combine them in a sentence."]):
         history.append(Message(role="user", content=question))
         request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")
         continued = _run(smollm2, [request])[0]
-        _forget_caches(fresh_backend)
+        fresh_backend.forget_caches()
         fresh = _run(fresh_backend, [request])[0]
         assert fresh.cached_prompt_tokens == 0
         if turn > 0:
@@ -145,9 +136,9 @@ def test_requests_sharing_a_long_prefix_prefill_it_once_and_match_fresh(smollm2:
     ]
     alone = []
     for request in requests:
-        _forget_caches(smollm2)
+        smollm2.forget_caches()
         alone.append(_run(smollm2, [request])[0])
-    _forget_caches(smollm2)
+    smollm2.forget_caches()
     forked_before = smollm2.counters.forked_tokens
     together = _run(smollm2, requests)
     assert [c.text for c in together] == [c.text for c in alone]

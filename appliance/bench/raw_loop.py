@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import llama_cpp as C
 
@@ -93,7 +92,3 @@ def raw_batched_decode(
         prefill_tokens=sum(len(prompt) for prompt in prompts),
         wall_s=wall,
     )
-
-
-def load_for_bench(path: Path, name: str) -> LlamaModel:
-    return LlamaModel(path, name)
