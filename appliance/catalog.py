@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.tomlfile import read_toml
 
 BackendName = Literal["llama_cpp", "transformers", "vllm"]
 ChatFormat = Literal["gguf", "plain"]
@@ -103,12 +103,7 @@ class Catalog(BaseModel):
 def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
     """Read and validate models.toml; every problem becomes a one-line ApplianceError."""
     source = Path(path)
-    if not source.is_file():
-        raise ApplianceError(f"{source}: models file not found")
-    try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ApplianceError(f"{source}: not valid TOML: {error}") from None
+    raw = read_toml(source, "models file")
     models_table = raw.get("models")
     if not isinstance(models_table, dict) or not models_table:
         raise ApplianceError(f"{source}: field 'models': no [models.NAME] table found")

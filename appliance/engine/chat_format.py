@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from appliance.engine.types import Message
+from appliance.engine.types import GenerationRequest, Message
 
 PLAIN_LABELS = {"user": "User", "assistant": "Assistant"}
 
@@ -53,3 +54,18 @@ class GgufTemplateFormat:
 
 
 ChatFormatter = PlainTranscriptFormat | GgufTemplateFormat
+
+
+def render_with_tokenizer(
+    tokenizer: Any, use_template: bool, request: GenerationRequest
+) -> tuple[str, tuple[str, ...]]:
+    """Prompt text and stop strings for backends that hold a Hugging Face tokenizer."""
+    if request.prompt is not None:
+        return request.prompt, request.sampling.stop
+    if use_template:
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)), (
+            request.sampling.stop
+        )
+    formatted = PlainTranscriptFormat().render(request.messages)
+    return formatted.text, (*request.sampling.stop, *formatted.stop)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.engine.backend import BackendCounters
-from appliance.engine.chat_format import PlainTranscriptFormat
+from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -78,7 +78,6 @@ class TransformersBackend:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
-        self.plain = PlainTranscriptFormat()
         self.slots = slots
         self.waiting: deque[_Queued] = deque()
         self.counters = BackendCounters()
@@ -96,14 +95,7 @@ class TransformersBackend:
         return bool(self.waiting)
 
     def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
-        if request.prompt is not None:
-            return request.prompt, request.sampling.stop
-        if self.use_template:
-            messages = [{"role": m.role, "content": m.content} for m in request.messages]
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            return str(text), request.sampling.stop
-        formatted = self.plain.render(request.messages)
-        return formatted.text, (*request.sampling.stop, *formatted.stop)
+        return render_with_tokenizer(self.tokenizer, self.use_template, request)
 
     def step(self) -> list[tuple[int, Completion]]:
         """Generate one batch: the oldest request and queued ones with the same sampling."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from appliance.catalog import ModelSpec
 from appliance.engine.backend import BackendCounters
-from appliance.engine.chat_format import PlainTranscriptFormat
+from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -63,7 +63,6 @@ class VllmBackend:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
-        self.plain = PlainTranscriptFormat()
         self.queue: list[tuple[int, GenerationRequest, float]] = []
         self.counters = BackendCounters()
         self._next_ticket = 0
@@ -80,15 +79,7 @@ class VllmBackend:
         return bool(self.queue)
 
     def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
-        if request.prompt is not None:
-            return request.prompt, request.sampling.stop
-        if self.use_template:
-            messages = [{"role": m.role, "content": m.content} for m in request.messages]
-            return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)), (
-                request.sampling.stop
-            )
-        formatted = self.plain.render(request.messages)
-        return formatted.text, (*request.sampling.stop, *formatted.stop)
+        return render_with_tokenizer(self.tokenizer, self.use_template, request)
 
     def _sampling(self, sampling: ResolvedSampling, stops: tuple[str, ...], grammar: str | None) -> Any:
         extra = _structured(self.vllm, grammar) if grammar is not None else {}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.tomlfile import read_toml
 
 
 class Panel(BaseModel):
@@ -19,12 +19,7 @@ class Panel(BaseModel):
 
 
 def load_panels(path: Path) -> dict[str, Panel]:
-    if not path.is_file():
-        raise ApplianceError(f"{path}: panels file not found")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ApplianceError(f"{path}: not valid TOML: {error}") from None
+    raw = read_toml(path, "panels file")
     panels: dict[str, Panel] = {}
     for name, entry in raw.get("panels", {}).items():
         try:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import string
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.tomlfile import read_toml
 
 
 class LikertTemplate(BaseModel):
@@ -45,13 +45,9 @@ class LikertTemplate(BaseModel):
 
 
 def load_likert_template(path: Path) -> LikertTemplate:
-    if not path.is_file():
-        raise ApplianceError(f"{path}: judge template not found")
+    raw = read_toml(path, "judge template")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
         return LikertTemplate(name=path.stem, **raw)
-    except tomllib.TOMLDecodeError as error:
-        raise ApplianceError(f"{path}: not valid TOML: {error}") from None
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(path, error)) from None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import tomllib
 from pathlib import Path
 from statistics import mean
 from typing import TypeVar
@@ -26,6 +25,7 @@ from appliance.judging.likert import REFUSAL, judge_likert
 from appliance.judging.templates import LikertTemplate, load_likert_template, render
 from appliance.scenarios.base import Instance
 from appliance.store.records import JudgmentRecord, ScoreRecord
+from appliance.tomlfile import read_toml
 
 # The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95.
 PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=96)
@@ -71,17 +71,8 @@ class PingPongInstance(Instance):
     situation: Situation
 
 
-def _read_toml(path: Path) -> dict[str, object]:
-    if not path.is_file():
-        raise ApplianceError(f"{path}: file not found")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ApplianceError(f"{path}: not valid TOML: {error}") from None
-
-
 def _read_entries(path: Path, table: str, model: type[Entry]) -> list[Entry]:
-    raw = _read_toml(path).get(table, [])
+    raw = read_toml(path).get(table, [])
     if not isinstance(raw, list) or not raw:
         raise ApplianceError(f"{path}: field '{table}': no [[{table}]] entries")
     entries: list[Entry] = []
@@ -123,9 +114,9 @@ class PingPongFamily:
         if not prompts_path.is_file() and prompts_folder is not None:
             prompts_path = prompts_folder / "prompts.toml"
         prompts: dict[str, Prompts] = {}
-        for language, entry in _read_toml(prompts_path).items():
+        for language, entry in read_toml(prompts_path).items():
             try:
-                prompts[language] = Prompts(**entry)  # type: ignore[arg-type]
+                prompts[language] = Prompts(**entry)
             except (ValidationError, TypeError) as error:
                 detail = (
                     describe_validation_error(f"{prompts_path} [{language}]", error)
