@@ -267,8 +267,12 @@ class LlamaCppBackend:
             if self._prefix_in_progress(job):
                 deferred.append(job)
                 continue
-            slot = self._choose_slot(idle, job)
-            keep = self._reuse_prefix(slot, job)
+            limit = len(job.prompt_tokens) - 1  # the last prompt token is always decoded for its logits
+            source, shared = max(
+                ((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1]
+            )
+            slot = self._choose_slot(idle, job, shared)
+            keep = self._reuse_prefix(slot, job, source, shared)
             slot.job = job
             slot.key = job.request.conversation_key
             job.slot = slot
@@ -289,26 +293,18 @@ class LlamaCppBackend:
                 return True
         return False
 
-    def _reuse_prefix(self, slot: _Slot, job: _Job) -> int:
+    def _reuse_prefix(self, slot: _Slot, job: _Job, source: _Slot, shared: int) -> int:
         """Prepare `slot` for `job`; returns how many prompt tokens are already in its cache.
 
-        The slot keeps what it shares with the prompt. If another slot shares a
-        clearly longer prefix, its whole stream is copied over (the copy runs
-        inside the next `llama_decode`) and cut to the shared part.
+        The slot keeps what it shares with the prompt. If `source` (the slot with the
+        longest reusable prefix) shares clearly more, its whole stream is copied over
+        (the copy runs inside the next `llama_decode`) and cut to the shared part.
         """
-        limit = len(job.prompt_tokens) - 1  # the last prompt token is always decoded for its logits
-        keep = self._reusable(slot, job, limit)
-        donor, shared = None, keep
-        for other in self.slots:
-            if other is slot or not other.cached:
-                continue
-            length = self._reusable(other, job, limit)
-            if length > shared:
-                donor, shared = other, length
-        if donor is not None and shared - keep >= MIN_SHARED_PREFIX:
-            C.llama_memory_seq_cp(self.memory, donor.seq_id, slot.seq_id, -1, -1)
-            slot.cached = list(donor.cached)
-            slot.batch_computed = donor.batch_computed
+        keep = self._reusable(slot, job, len(job.prompt_tokens) - 1)
+        if source is not slot and shared - keep >= MIN_SHARED_PREFIX:
+            C.llama_memory_seq_cp(self.memory, source.seq_id, slot.seq_id, -1, -1)
+            slot.cached = list(source.cached)
+            slot.batch_computed = source.batch_computed
             keep = shared
             self.counters.forked_tokens += shared
         if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
@@ -332,7 +328,7 @@ class LlamaCppBackend:
         shared = min(_common_prefix(slot.cached, job.prompt_tokens), limit)
         return min(shared, slot.batch_computed) if self.exact_kv else shared
 
-    def _choose_slot(self, idle: list[_Slot], job: _Job) -> _Slot:
+    def _choose_slot(self, idle: list[_Slot], job: _Job, best_shared: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
 
         If that slot holds a cache worth more than the least recently used idle one
@@ -340,10 +336,7 @@ class LlamaCppBackend:
         there first; the prefix the request needs is then copied in by `_reuse_prefix`.
         """
         target = idle[0]
-        limit = len(job.prompt_tokens) - 1
-        if not target.cached or self._reusable(target, job, limit) >= max(
-            self._reusable(other, job, limit) for other in self.slots
-        ):
+        if not target.cached or self._reusable(target, job, len(job.prompt_tokens) - 1) >= best_shared:
             return target
         spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key]
         if spare:
