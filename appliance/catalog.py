@@ -62,10 +62,6 @@ class ModelSpec(BaseModel):
             raise ValueError("a 'package' source needs 'file' (or 'assemble = true')")
         return self
 
-    def sampling_for(self, role: str) -> Sampling:
-        """The model's default sampling with its override for `role` applied."""
-        return self.sampling.merged(self.roles.get(role))
-
     def describe_source(self) -> str:
         if self.path is not None:
             return self.path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 from typing import Literal
 
@@ -36,12 +35,6 @@ class LikertTemplate(BaseModel):
             if not criterion.isidentifier():
                 raise ValueError(f"criterion '{criterion}' must be an identifier")
         return self
-
-    def placeholders(self) -> set[str]:
-        found: set[str] = set()
-        for text in (self.system, self.user):
-            found.update(name for _, name, _, _ in string.Formatter().parse(text) if name)
-        return found
 
 
 def load_likert_template(path: Path) -> LikertTemplate:
