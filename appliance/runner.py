@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from appliance.calibration.apply import apply_calibration, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
@@ -30,6 +31,8 @@ from appliance.paths import project_root
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
+from appliance.store.labels import get_calibration
+from appliance.store.records import CalibrationRecord
 
 
 class BackendFactory(Protocol):
@@ -51,6 +54,8 @@ class RunConfig(BaseModel):
     models_file: str
     greedy: bool = False
     turns: int | None = Field(default=None, ge=1)
+    #: family -> calibration id applied to its verdicts (chosen when the run starts)
+    calibrations: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class Runner:
         self.catalog = catalog
         self.store = store
         self.backend_factory = backend_factory
+        self._calibrations: dict[str, CalibrationRecord] = {}
 
     def _record_run(self, run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> None:
         models = [self._model_record(self.catalog.get(name)) for name in models_needed(config, families)]
@@ -177,6 +183,10 @@ class Runner:
         """
         started = time.perf_counter()
         run_id = resume or new_run_id()
+        if resume is None:
+            picked = pick_calibrations(self.store, config.panel, families)
+            config = config.model_copy(update={"calibrations": {f: r.calibration_id for f, r in picked.items()}})
+        self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         planned = plan_episodes(run_id, config, families)
         done = self.store.finished_episode_ids(run_id) if resume else set()
         todo = [episode for episode in planned if episode.episode_id not in done]
@@ -265,6 +275,10 @@ class Runner:
             error = str(failure)
         except Exception as failure:  # an episode's bug must not take the run down
             error = f"{type(failure).__name__}: {failure}"
+        scores = ctx.scores
+        calibration = self._calibrations.get(planned.family.name)
+        if calibration is not None and error is None:
+            scores = apply_calibration(scores, ctx.judgments, calibration, planned.family.calibrated_metric)
         return EpisodeRecord(
             episode_id=planned.episode_id,
             run_id=planned.run_id,
@@ -280,9 +294,14 @@ class Runner:
             metadata={"language": planned.instance.language},
             messages=ctx.messages,
             judgments=ctx.judgments,
-            scores=ctx.scores,
+            scores=scores,
         )
 
     def _binding(self, model: str, role: str) -> RoleBinding:
-        spec = self.catalog.get(model)
-        return RoleBinding(model=model, model_sampling=spec.sampling, role_override=spec.roles.get(role, Sampling()))
+        return bind_role(self.catalog, model, role)
+
+
+def bind_role(catalog: Catalog, model: str, role: str) -> RoleBinding:
+    """A role played by `model`, with its sampling defaults and per-role overrides from models.toml."""
+    spec = catalog.get(model)
+    return RoleBinding(model=model, model_sampling=spec.sampling, role_override=spec.roles.get(role, Sampling()))

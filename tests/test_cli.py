@@ -228,3 +228,90 @@ def test_vllm_backend_without_vllm_or_gpu_is_a_clear_error(tmp_path: Path) -> No
     result = cli("models", "check", "big", "--models", str(models))
     assert_clean_error(result, "vllm")
     assert "GPU" in result.stderr
+
+
+FED = REPO.parent / "shared" / "datasets" / "human_labels" / "fed" / "fed_data.json"
+
+
+def require_fed() -> None:
+    if not FED.is_file():
+        pytest.skip(f"{FED} is absent (../shared/datasets is not next to this clone)")
+
+
+@pytest.mark.real_model
+def test_calibrate_a_small_fed_sample_with_the_real_judge(tmp_path: Path) -> None:
+    require_fed()
+    db = str(tmp_path / "labels.duckdb")
+    imported = cli("labels", "import", str(FED), "--format", "fed", "--db", db)
+    assert imported.returncode == 0, imported.stderr
+    assert "'fed-turn'" in imported.stdout and "'fed-dialogue'" in imported.stdout
+    listed = json.loads(cli("labels", "list", "--db", db, "--json").stdout)
+    assert {s["label_set"]: s["items"] for s in listed} == {"fed-turn": 375, "fed-dialogue": 125}
+    plot = tmp_path / "plot.png"
+    args = ["--panel", "smollm2", "--labels", "fed-turn", "--limit", "8", "--resamples", "100", "--db", db]
+    result = cli("calibrate", *args, "--plot", str(plot), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["items"] == {"fit": 4, "heldout": 4} and report["criterion"] == "Overall"
+    assert report["unparsed_verdicts"] == {"smollm2-135m": 0}, "grammar-constrained judges must always parse"
+    for row in (report["judges"]["smollm2-135m"], report["panel_mean"], report["panel_calibrated"]):
+        assert set(row) >= {"spearman", "kendall", "pearson", "krippendorff_alpha", "mae"}
+        assert all(set(row[k]) == {"value", "ci"} for k in ("spearman", "mae"))
+    assert 0.0 <= report["panel_calibrated"]["mae"]["value"] <= 4.0
+    assert report["human_ceiling"]["annotators"] == 5 and "length_baseline" in report
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*), count(*) FILTER (parsed) FROM label_judgments").fetchone() == (8, 8)
+        assert con.execute("SELECT count(*) FROM calibrations").fetchone() == (1,)
+    # A second calibration reuses every stored verdict: the judges decode nothing.
+    again = cli("calibrate", *args, "--plot", str(plot), "--json")
+    assert json.loads(again.stdout)["model"] == report["model"]
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM label_judgments").fetchone() == (8,)
+
+
+@pytest.mark.real_model
+def test_score_adds_a_panel_and_applies_its_calibration(tiny_run: TinyRun, tmp_path: Path) -> None:
+    require_fed()
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(tiny_run.db, db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        (run_id,) = con.execute("SELECT run_id FROM runs").fetchone()  # type: ignore[misc]
+        before = con.execute("SELECT panel, count(*) FROM judgments GROUP BY panel").fetchall()
+    assert cli("labels", "import", str(FED), "--format", "fed", "--db", str(db)).returncode == 0
+    # Calibrate the Gemma panel with the very template PingPong judges use, then score the run with it.
+    calibrated = cli(
+        "calibrate",
+        "--panel",
+        "gemma3",
+        "--labels",
+        "fed-turn",
+        "--template",
+        "pingpong_likert",
+        "--limit",
+        "6",
+        "--resamples",
+        "100",
+        "--plot",
+        str(tmp_path / "p.png"),
+        "--db",
+        str(db),
+        "--json",
+    )
+    assert calibrated.returncode == 0, calibrated.stderr[-3000:]
+    calibration_id = json.loads(calibrated.stdout)["calibration_id"]
+    scored = cli("score", run_id, "--panel", "gemma3", "--db", str(db), "--json")
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert json.loads(scored.stdout)["summary"]["calibrations"] == {"pingpong": calibration_id}
+    with duckdb.connect(str(db), read_only=True) as con:
+        panels = dict(con.execute("SELECT panel, count(*) FROM judgments GROUP BY panel").fetchall())
+        assert panels["smollm2"] == dict(before)["smollm2"]  # the first panel's verdicts are kept
+        assert panels["gemma3"] == panels["smollm2"]  # same turns, same criteria
+        row = con.execute(
+            "SELECT value, calibrated_value, calibration_id FROM scores WHERE panel = 'gemma3' AND metric = 'final'"
+        ).fetchone()
+    assert row is not None and row[2] == calibration_id and 0.0 <= row[1] <= 4.0
+    board = json.loads(cli("report", run_id, "--panel", "gemma3", "--db", str(db), "--json").stdout)[0]
+    assert board["calibration"]["calibration_id"] == calibration_id and board["panels"] == ["gemma3", "smollm2"]
+    assert board["rows"][0]["calibrated_final"] == pytest.approx(row[1])
+    assert_clean_error(cli("report", run_id, "--panel", "nobody", "--db", str(db)), "--panel", "nobody")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,11 +20,21 @@ from appliance.offline import enforce_offline
 
 enforce_offline()
 
-from appliance.catalog import Catalog, load_catalog, locate_model_file  # noqa: E402
+from appliance.catalog import locate_model_file  # noqa: E402
+from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
+from appliance.cli.options import (  # noqa: E402
+    DbOption,
+    JsonOption,
+    ModelsOption,
+    console,
+    error_console,
+    load_models,
+    split_values,
+)
 from appliance.cli.render import print_leaderboard  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
-from appliance.paths import default_models_file, judges_dir, project_root  # noqa: E402
+from appliance.paths import judges_dir, project_root  # noqa: E402
 from appliance.report import build_leaderboard  # noqa: E402
 from appliance.runner import RunConfig, Runner, select_instances  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
@@ -40,24 +49,9 @@ import_app = typer.Typer(no_args_is_help=True, help="Import other systems' forma
 app.add_typer(models_app, name="models")
 app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(import_app, name="import")
-
-# Piped output (CI logs, tests) gets a wide console so tables are not truncated.
-console = Console(width=None if sys.stdout.isatty() else 200)
-error_console = Console(stderr=True)
-
-DbOption = Annotated[
-    Path | None, typer.Option("--db", help="DuckDB file (default: $APPLIANCE_DB or ./appliance.duckdb)")
-]
-ModelsOption = Annotated[Path | None, typer.Option("--models", help="models.toml to use")]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for machines")]
-
-
-def _catalog(models: Path | None) -> Catalog:
-    return load_catalog(models or default_models_file())
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+app.add_typer(labels_app, name="labels")
+app.command()(calibrate)
+app.command()(score)
 
 
 @app.command()
@@ -78,17 +72,17 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Run a suite of episodes, store everything, print the leaderboard."""
-    catalog = _catalog(models)
+    catalog = load_models(models)
     with Store.open(db) as store:
         if resume is not None:
             config = RunConfig(**store.run(resume)["config"])
         else:
-            player_names = _split(players) or catalog.defaults.players
+            player_names = split_values(players) or catalog.defaults.players
             if not player_names:
                 raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
             interrogator_name = interrogator or catalog.defaults.interrogator or player_names[0]
             config = RunConfig(
-                scenarios=_split(scenario) or ["pingpong"],
+                scenarios=split_values(scenario) or ["pingpong"],
                 players=player_names,
                 interrogator=interrogator_name,
                 panel=get_panel(judges_dir() / "panels.toml", panel),
@@ -139,6 +133,7 @@ def run(
 @app.command()
 def report(
     run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    panel: Annotated[str | None, typer.Option(help="whose scores to show (default: the run's panel)")] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -148,7 +143,7 @@ def report(
         if resolved is None:
             raise ApplianceError(f"{store.path}: no runs stored yet")
         scenarios = store.run(resolved)["config"]["scenarios"]
-        boards = [build_leaderboard(store, resolved, scenario=name) for name in scenarios]
+        boards = [build_leaderboard(store, resolved, scenario=name, panel=panel) for name in scenarios]
     if as_json:
         print(json.dumps([board.model_dump() for board in boards], default=str))
         return
@@ -168,7 +163,7 @@ def bench(
     """Engine vs raw decode loop, appliance vs stateless baseline, memory; writes bench_results/."""
     from appliance.bench.suite import run_bench, write_outputs
 
-    catalog = _catalog(models)
+    catalog = load_models(models)
     chosen = get_panel(judges_dir() / "panels.toml", panel)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
         report = run_bench(catalog, chosen, quick=quick, say=(lambda text: None) if as_json else console.print)
@@ -195,7 +190,7 @@ def bench(
 @models_app.command("list")
 def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> None:
     """Name, backend, file, size and presence of every model."""
-    catalog = _catalog(models)
+    catalog = load_models(models)
     rows = []
     for spec in catalog.models.values():
         try:
@@ -244,7 +239,7 @@ def models_check(
     from appliance.engine.factory import open_backend
     from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 
-    catalog = _catalog(models)
+    catalog = load_models(models)
     spec = catalog.get(name)
     started = time.perf_counter()
     backend = open_backend(catalog, spec, parallel=1)

@@ -35,6 +35,7 @@ def print_leaderboard(console: Console, board: Leaderboard) -> None:
         "episodes",
         "failed",
         "unparsed",
+        *(["calibrated", "95% CI"] if board.calibration else []),
     ):
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in board.rows:
@@ -52,6 +53,7 @@ def print_leaderboard(console: Console, board: Leaderboard) -> None:
             str(row.episodes),
             str(row.failed_episodes),
             str(row.unparsed_verdicts),
+            *([_number(row.calibrated_final), _interval(row.calibrated_final_ci)] if board.calibration else []),
         )
     console.print(table)
     console.print(
@@ -59,3 +61,11 @@ def print_leaderboard(console: Console, board: Leaderboard) -> None:
         f"LN score = final x sqrt(global median / model median) for models above the global median "
         f"length ({_number(board.global_median_length, 0)} chars). Intervals: bootstrap over conversations."
     )
+    if board.calibration:
+        c = board.calibration
+        console.print(
+            f"calibrated = final mapped to human '{c['criterion']}' of label set '{c['label_set']}' "
+            f"(scale {c['human_scale']}) by calibration {c['calibration_id']} (template {c['template']})."
+        )
+    if len(board.panels) > 1:
+        console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")

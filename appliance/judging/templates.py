@@ -1,31 +1,78 @@
-"""Judge templates live in `judges/*.toml`; this module loads and renders them."""
+"""Judge templates: the prompt, the output grammar and the parse rule of each judging mode.
+
+Every judge answers under a GBNF grammar, so even a 135M model produces a
+well-formed verdict; the parser still checks everything, because a reply can
+be cut short by the token limit. The four modes:
+
+- `likert`: several criteria on a small digit scale, plus a refusal flag (PingPong);
+- `rating`: one score on a wider scale, e.g. 1-10, with a rubric (SimulBench);
+- `pairwise`: which of two responses is better, A, B or tie (asked in both orders);
+- `yesno`: a single yes/no check.
+
+`parse` returns the verdict as numbers keyed by output name, or None.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
 
+REFUSAL = "refusal"
+RATING = "score"
+PREFERENCE = "preference"
+YES = "yes"
 
-class LikertTemplate(BaseModel):
-    """Per-turn multi-criteria Likert rating with an optional refusal flag."""
 
-    model_config = ConfigDict(extra="forbid")
+class _TemplateBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    system: str
+    user: str
+    max_tokens: int = Field(default=32, ge=4)
+    temperature: float = Field(default=0.0, ge=0.0)
+    #: verdicts sampled per judgment and averaged; tiny judges answer greedily with one score for
+    #: everything, while the mean of a few samples at temperature 1 follows their actual uncertainty
+    samples: int = Field(default=1, ge=1, le=32)
+
+    def fingerprint(self) -> str:
+        """Identifies the prompt and rules: a stored verdict is reused only for the same template."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def parse(self, text: str) -> dict[str, float] | None:
+        raise NotImplementedError
+
+    def parse_samples(self, texts: list[str]) -> dict[str, float] | None:
+        """The mean of the verdicts that parse, output by output; None if none parses."""
+        verdicts = [v for v in (self.parse(text) for text in texts) if v is not None]
+        if not verdicts:
+            return None
+        return {key: sum(v[key] for v in verdicts) / len(verdicts) for key in verdicts[0]}
+
+    def _load_json(self, text: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(text.strip())
+        except json.JSONDecodeError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+class LikertTemplate(_TemplateBase):
+    """Per-turn multi-criteria Likert rating with an optional refusal flag."""
+
     mode: Literal["likert"] = "likert"
     criteria: list[str] = Field(min_length=1)
     scale_min: int = 1
     scale_max: int = 5
     refusal_flag: bool = True
-    system: str
-    user: str
-    max_tokens: int = 64
-    temperature: float = 0.1
+    max_tokens: int = Field(default=64, ge=4)
 
     @model_validator(mode="after")
     def _check(self) -> LikertTemplate:
@@ -36,13 +83,174 @@ class LikertTemplate(BaseModel):
                 raise ValueError(f"criterion '{criterion}' must be an identifier")
         return self
 
+    def outputs(self) -> list[str]:
+        return [*self.criteria, *([REFUSAL] if self.refusal_flag else [])]
 
-def load_likert_template(path: Path) -> LikertTemplate:
+    def grammar(self) -> str:
+        """`{"crit1": d, ..., "refusal": true|false}` with d on the template's scale."""
+        fields = [f'"\\"{criterion}\\": " digit' for criterion in self.criteria]
+        if self.refusal_flag:
+            fields.append(f'"\\"{REFUSAL}\\": " boolean')
+        body = ' ", " '.join(fields)
+        return "\n".join(
+            [
+                f'root ::= "{{" {body} "}}"',
+                f"digit ::= [{self.scale_min}-{self.scale_max}]",
+                'boolean ::= "true" | "false"',
+            ]
+        )
+
+    def parse(self, text: str) -> dict[str, float] | None:
+        data = self._load_json(text)
+        if data is None:
+            return None
+        verdict: dict[str, float] = {}
+        for criterion in self.criteria:
+            value = _number_in(data.get(criterion), self.scale_min, self.scale_max)
+            if value is None:
+                return None
+            verdict[criterion] = value
+        if self.refusal_flag:
+            flag = data.get(REFUSAL)
+            if not isinstance(flag, bool):
+                return None
+            verdict[REFUSAL] = 1.0 if flag else 0.0
+        return verdict
+
+    def summary_score(self, verdict: dict[str, float]) -> float:
+        """One number per verdict (mean of the criteria), what a calibration maps."""
+        return sum(verdict[c] for c in self.criteria) / len(self.criteria)
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return float(self.scale_min), float(self.scale_max)
+
+
+class RatingTemplate(_TemplateBase):
+    """A single score with a rubric, e.g. 1-10."""
+
+    mode: Literal["rating"] = "rating"
+    scale_min: int = Field(default=1, ge=0)
+    scale_max: int = Field(default=10, le=100)
+    #: what each human criterion means, filled into {criterion_help} when a label set is rated
+    criterion_help: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> RatingTemplate:
+        if self.scale_min >= self.scale_max:
+            raise ValueError("scale_min must be below scale_max")
+        return self
+
+    def outputs(self) -> list[str]:
+        return [RATING]
+
+    def grammar(self) -> str:
+        values = " | ".join(f'"{value}"' for value in range(self.scale_max, self.scale_min - 1, -1))
+        return f'root ::= "{{\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
+
+    def parse(self, text: str) -> dict[str, float] | None:
+        data = self._load_json(text)
+        if data is None:
+            return None
+        value = _number_in(data.get(RATING), self.scale_min, self.scale_max)
+        return None if value is None else {RATING: value}
+
+    def summary_score(self, verdict: dict[str, float]) -> float:
+        return verdict[RATING]
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return float(self.scale_min), float(self.scale_max)
+
+
+class PairwiseTemplate(_TemplateBase):
+    """Which of responses A and B is better; `preference` is +1 for A, -1 for B, 0 for a tie."""
+
+    mode: Literal["pairwise"] = "pairwise"
+    allow_tie: bool = True
+
+    @model_validator(mode="after")
+    def _one_sample(self) -> PairwiseTemplate:
+        if self.samples != 1:
+            raise ValueError("pairwise verdicts are combined over both orders, not averaged: samples must be 1")
+        return self
+
+    def outputs(self) -> list[str]:
+        return [PREFERENCE]
+
+    def grammar(self) -> str:
+        choices = '"\\"A\\"" | "\\"B\\""' + (' | "\\"tie\\""' if self.allow_tie else "")
+        return f'root ::= "{{\\"better\\": " choice "}}"\nchoice ::= {choices}'
+
+    def parse(self, text: str) -> dict[str, float] | None:
+        data = self._load_json(text)
+        if data is None:
+            return None
+        choice = data.get("better")
+        mapping = {"A": 1.0, "B": -1.0, **({"tie": 0.0} if self.allow_tie else {})}
+        return {PREFERENCE: mapping[choice]} if isinstance(choice, str) and choice in mapping else None
+
+    def summary_score(self, verdict: dict[str, float]) -> float:
+        return verdict[PREFERENCE]
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return -1.0, 1.0
+
+
+class YesNoTemplate(_TemplateBase):
+    """A yes/no check; `yes` is 1 or 0."""
+
+    mode: Literal["yesno"] = "yesno"
+
+    def outputs(self) -> list[str]:
+        return [YES]
+
+    def grammar(self) -> str:
+        return 'root ::= "{\\"answer\\": " answer "}"\nanswer ::= "\\"yes\\"" | "\\"no\\""'
+
+    def parse(self, text: str) -> dict[str, float] | None:
+        data = self._load_json(text)
+        if data is None:
+            return None
+        answer = data.get("answer")
+        return {YES: 1.0 if answer == "yes" else 0.0} if answer in ("yes", "no") else None
+
+    def summary_score(self, verdict: dict[str, float]) -> float:
+        return verdict[YES]
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return 0.0, 1.0
+
+
+JudgeTemplate = Annotated[
+    LikertTemplate | RatingTemplate | PairwiseTemplate | YesNoTemplate, Field(discriminator="mode")
+]
+_TEMPLATE_ADAPTER: TypeAdapter[JudgeTemplate] = TypeAdapter(JudgeTemplate)
+
+
+def _number_in(value: object, low: float, high: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if low <= value <= high else None
+
+
+def load_judge_template(path: Path) -> JudgeTemplate:
+    """A template file of `judges/`; its `mode` (default likert) picks the kind."""
     raw = read_toml(path, "judge template")
+    raw.setdefault("mode", "likert")
     try:
-        return LikertTemplate(name=path.stem, **raw)
+        return _TEMPLATE_ADAPTER.validate_python({"name": path.stem, **raw})
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(path, error)) from None
+
+
+def load_likert_template(path: Path) -> LikertTemplate:
+    template = load_judge_template(path)
+    if not isinstance(template, LikertTemplate):
+        raise ApplianceError(f"{path}: field 'mode': expected 'likert', found '{template.mode}'")
+    return template
 
 
 def render(text: str, variables: dict[str, str], source: str) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from appliance.errors import ApplianceError
 from appliance.report.bootstrap import bootstrap_interval
 from appliance.store import Store
+from appliance.store.labels import get_calibration
 
 CRITERIA = ("in_character", "entertaining", "fluent")
 
@@ -41,6 +42,9 @@ class LeaderboardRow(BaseModel):
     ln_score: float | None
     ln_score_ci: tuple[float, float] | None
     unparsed_verdicts: int
+    #: the final score mapped to the human scale of the calibration (see Leaderboard.calibration)
+    calibrated_final: float | None = None
+    calibrated_final_ci: tuple[float, float] | None = None
 
 
 class Leaderboard(BaseModel):
@@ -50,6 +54,10 @@ class Leaderboard(BaseModel):
     status: str
     global_median_length: float | None
     rows: list[LeaderboardRow]
+    #: the calibration applied to this panel's verdicts: id, label set, criterion, human scale
+    calibration: dict[str, object] | None = None
+    #: every panel whose scores this run holds
+    panels: list[str] = []
 
 
 def length_factor(model_median: float | None, global_median: float | None) -> float:
@@ -58,12 +66,19 @@ def length_factor(model_median: float | None, global_median: float | None) -> fl
     return math.sqrt(global_median / model_median)
 
 
-def build_leaderboard(store: Store, run_id: str | None = None, scenario: str = "pingpong") -> Leaderboard:
+def build_leaderboard(
+    store: Store, run_id: str | None = None, scenario: str = "pingpong", panel: str | None = None
+) -> Leaderboard:
     run_id = run_id or store.latest_run_id()
     if run_id is None:
         raise ApplianceError(f"{store.path}: no runs stored yet (run 'appliance run' first)")
     run = store.run(run_id)
-    panel = str(run["config"]["panel"]["name"])
+    panels = [
+        str(row[0]) for row in store.query("SELECT DISTINCT panel FROM scores WHERE run_id = ? ORDER BY 1", [run_id])
+    ]
+    panel = panel or str(run["config"]["panel"]["name"])
+    if panels and panel not in panels:
+        raise ApplianceError(f"--panel: run '{run_id}' has no scores of panel '{panel}' (scored: {', '.join(panels)})")
     episodes = store.query(
         "SELECT episode_id, player, status FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, scenario]
     )
@@ -75,7 +90,8 @@ def build_leaderboard(store: Store, run_id: str | None = None, scenario: str = "
         [run_id, scenario],
     )
     scores = store.query(
-        "SELECT s.episode_id, s.player, s.metric, s.value FROM scores s JOIN episodes e USING (episode_id) "
+        "SELECT s.episode_id, s.player, s.metric, s.value, s.calibrated_value, s.calibration_id "
+        "FROM scores s JOIN episodes e USING (episode_id) "
         "WHERE e.run_id = ? AND e.scenario = ? AND s.panel = ? AND e.status = 'finished'",
         [run_id, scenario, panel],
     )
@@ -84,6 +100,7 @@ def build_leaderboard(store: Store, run_id: str | None = None, scenario: str = "
     players = sorted({str(player) for _, player, _ in episodes})
     rows = [_row(player, episodes, lengths, scores, global_median, seed=index) for index, player in enumerate(players)]
     rows.sort(key=lambda row: -1.0 if row.ln_score is None else row.ln_score, reverse=True)
+    calibration_ids = sorted({str(row[5]) for row in scores if row[5] is not None})
     return Leaderboard(
         run_id=run_id,
         scenario=scenario,
@@ -91,7 +108,22 @@ def build_leaderboard(store: Store, run_id: str | None = None, scenario: str = "
         status=str(run["status"]),
         global_median_length=global_median,
         rows=rows,
+        calibration=_describe_calibration(store, calibration_ids),
+        panels=panels,
     )
+
+
+def _describe_calibration(store: Store, ids: list[str]) -> dict[str, object] | None:
+    if not ids:
+        return None
+    record = get_calibration(store, ids[-1])
+    return {
+        "calibration_id": record.calibration_id if len(ids) == 1 else ", ".join(ids),
+        "label_set": record.label_set,
+        "criterion": record.criterion,
+        "template": record.template,
+        "human_scale": record.model.get("human_scale"),
+    }
 
 
 def _row(
@@ -104,9 +136,12 @@ def _row(
 ) -> LeaderboardRow:
     own_episodes = [e for e in episodes if e[1] == player]
     per_episode: dict[str, dict[str, float | None]] = {}
-    for episode_id, score_player, metric, value in scores:
+    calibrated: list[float] = []
+    for episode_id, score_player, metric, value, calibrated_value, _ in scores:
         if score_player == player:
             per_episode.setdefault(str(episode_id), {})[str(metric)] = None if value is None else float(value)  # type: ignore[arg-type]
+            if metric == "final" and calibrated_value is not None:
+                calibrated.append(float(calibrated_value))  # type: ignore[arg-type]
 
     def metric_values(metric: str) -> list[float]:
         return [v for metrics in per_episode.values() if (v := metrics.get(metric)) is not None]
@@ -135,4 +170,6 @@ def _row(
         ln_score=None if final is None else final * factor,
         ln_score_ci=None if final_ci is None else (final_ci[0] * factor, final_ci[1] * factor),
         unparsed_verdicts=int(sum(metric_values("unparsed_verdicts"))),
+        calibrated_final=mean(calibrated) if calibrated else None,
+        calibrated_final_ci=bootstrap_interval(calibrated, seed=seed),
     )

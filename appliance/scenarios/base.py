@@ -24,6 +24,10 @@ class ScenarioFamily(Protocol):
     description: str
     #: roles other than "player" and "judge" that need a model (e.g. "interrogator")
     support_roles: tuple[str, ...]
+    #: the judge template whose verdicts a calibration can map to a human scale
+    judge_template: str
+    #: the episode score that receives the calibrated value beside the raw one
+    calibrated_metric: str
 
     def instances(self) -> list[Instance]: ...
 
@@ -33,4 +37,8 @@ class ScenarioFamily(Protocol):
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Run one episode to its end, recording messages, judgments and scores in `ctx`."""
+        ...
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Judge the transcript in `ctx.messages` (also used to rescore a stored run with another panel)."""
         ...

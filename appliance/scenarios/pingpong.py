@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
-from appliance.judging.likert import REFUSAL, judge_likert
-from appliance.judging.templates import LikertTemplate, load_likert_template, render
+from appliance.judging.templates import REFUSAL, LikertTemplate, load_likert_template, render
+from appliance.judging.verdicts import ask_judge
 from appliance.scenarios.base import Instance
 from appliance.store.records import JudgmentRecord, ScoreRecord
 from appliance.tomlfile import read_toml
@@ -88,6 +88,8 @@ class PingPongFamily:
     name = "pingpong"
     description = "role-play: interrogator vs character player, judged per turn by a panel"
     support_roles: tuple[str, ...] = ("interrogator",)
+    judge_template = JUDGE_TEMPLATE.removesuffix(".toml")
+    calibrated_metric = "final"
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class PingPongFamily:
         self.cards = cards
         self.situations = situations
         self.prompts = prompts
-        self.judge = judge
+        self.likert = judge
         self.judge_path = judge_path
 
     @classmethod
@@ -176,10 +178,12 @@ class PingPongFamily:
             answer = await ctx.generate("player", player_view, sampling=PLAYER_SAMPLING)
             player_view.append(Message(role="assistant", content=answer.text.strip()))
             interrogator_view.append(Message(role="user", content=answer.text.strip()))
-        await self.judge_episode(ctx, card, judges, panel)
+        await self.judge(ctx, instance, judges, panel)
 
-    async def judge_episode(self, ctx: EpisodeContext, card: Card, judges: list[str], panel: str) -> None:
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Every judge rates every player turn; all requests go out at once to be batched."""
+        assert isinstance(instance, PingPongInstance)
+        card = instance.card
         requests = []
         dialogue_lines = [f"{card.name}: {card.greeting}"] if card.greeting else []
         for message in ctx.messages:
@@ -193,7 +197,7 @@ class PingPongFamily:
                 }
                 for judge in judges:
                     requests.append(
-                        judge_likert(ctx, self.judge, variables, judge_model=judge, panel=panel, target_idx=message.idx)
+                        ask_judge(ctx, self.likert, variables, judge_model=judge, panel=panel, target_idx=message.idx)
                     )
             dialogue_lines.append(f"{label}: {message.text.strip()}")
         await asyncio.gather(*requests)

@@ -24,6 +24,7 @@ class JudgmentRecord(BaseModel):
     panel: str
     judge: str
     mode: str
+    template: str = ""
     target_idx: int
     criterion: str
     score: float | None
@@ -38,6 +39,7 @@ class ScoreRecord(BaseModel):
     metric: str
     value: float | None
     calibrated_value: float | None = None
+    calibration_id: str | None = None
 
 
 class EpisodeRecord(BaseModel):
@@ -76,3 +78,32 @@ class ModelRecord(BaseModel):
     path: str
     sha256: str
     parameters: dict[str, Any]
+
+
+class LabelVerdict(BaseModel):
+    """A judge's verdict on a labelled item, cached so calibration reruns cost nothing."""
+
+    item_id: str
+    judge: str
+    variant: str
+    order_swapped: bool = False
+    score: float | None
+    raw_text: str
+    parsed: bool
+
+
+class CalibrationRecord(BaseModel):
+    """A fitted calibration of a panel on a label set: what later runs apply to raw judge scores."""
+
+    calibration_id: str
+    created_at: datetime
+    panel: str
+    judges: list[str]
+    label_set: str
+    criterion: str
+    template: str
+    seed: int
+    fit_items: list[str]
+    heldout_items: list[str]
+    model: dict[str, Any]
+    metrics: dict[str, Any]

@@ -98,6 +98,66 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        3,
+        "human labels, judge verdicts on labelled items, calibrations",
+        """
+        ALTER TABLE judgments ADD COLUMN template VARCHAR DEFAULT '';
+        ALTER TABLE scores ADD COLUMN calibration_id VARCHAR;
+        CREATE TABLE label_sets (
+            label_set VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,
+            format VARCHAR NOT NULL,
+            source VARCHAR NOT NULL,
+            source_sha256 VARCHAR NOT NULL,
+            imported_at TIMESTAMP NOT NULL,
+            scales JSON NOT NULL
+        );
+        CREATE TABLE label_items (
+            label_set VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            texts JSON NOT NULL,
+            metadata JSON NOT NULL,
+            PRIMARY KEY (label_set, item_id)
+        );
+        CREATE TABLE human_labels (
+            label_set VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            annotator VARCHAR NOT NULL,
+            criterion VARCHAR NOT NULL,
+            value DOUBLE,
+            raw_value VARCHAR NOT NULL
+        );
+        CREATE TABLE label_judgments (
+            label_set VARCHAR NOT NULL,
+            item_id VARCHAR NOT NULL,
+            judge VARCHAR NOT NULL,
+            template VARCHAR NOT NULL,
+            template_fingerprint VARCHAR NOT NULL,
+            variant VARCHAR NOT NULL,
+            order_swapped BOOLEAN NOT NULL,
+            score DOUBLE,
+            raw_text VARCHAR NOT NULL,
+            parsed BOOLEAN NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (label_set, item_id, judge, template_fingerprint, variant, order_swapped)
+        );
+        CREATE TABLE calibrations (
+            calibration_id VARCHAR PRIMARY KEY,
+            created_at TIMESTAMP NOT NULL,
+            panel VARCHAR NOT NULL,
+            judges JSON NOT NULL,
+            label_set VARCHAR NOT NULL,
+            criterion VARCHAR NOT NULL,
+            template VARCHAR NOT NULL,
+            seed BIGINT NOT NULL,
+            fit_items JSON NOT NULL,
+            heldout_items JSON NOT NULL,
+            model JSON NOT NULL,
+            metrics JSON NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 
 from appliance.errors import ApplianceError
-from appliance.store.records import EpisodeRecord, ModelRecord, RunRecord
+from appliance.store.records import EpisodeRecord, JudgmentRecord, ModelRecord, RunRecord, ScoreRecord
 from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 
 DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
@@ -151,52 +151,78 @@ class Store:
                     json.dumps(episode.metadata),
                 ],
             )
-            if episode.messages:
-                self.connection.executemany(
-                    "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._insert_messages(episode)
+            self._insert_verdicts(episode.episode_id, episode.run_id, episode.judgments, episode.scores)
+
+    def replace_panel_verdicts(
+        self,
+        episode_id: str,
+        run_id: str,
+        panel: str,
+        judgments: Sequence[JudgmentRecord],
+        scores: Sequence[ScoreRecord],
+    ) -> None:
+        """Rescoring: one panel's verdicts of an episode are replaced; other panels' stay."""
+        with self.transaction():
+            for table in ("judgments", "scores"):
+                self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ? AND panel = ?", [episode_id, panel])
+            self._insert_verdicts(episode_id, run_id, judgments, scores)
+
+    def _insert_messages(self, episode: EpisodeRecord) -> None:
+        if not episode.messages:
+            return
+        self.connection.executemany(
+            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                [
+                    episode.episode_id,
+                    m.idx,
+                    m.speaker,
+                    m.model,
+                    m.text,
+                    m.prompt_tokens,
+                    m.cached_prompt_tokens,
+                    m.completion_tokens,
+                    m.latency_s,
+                    m.finish_reason,
+                ]
+                for m in episode.messages
+            ],
+        )
+
+    def _insert_verdicts(
+        self, episode_id: str, run_id: str, judgments: Sequence[JudgmentRecord], scores: Sequence[ScoreRecord]
+    ) -> None:
+        if judgments:
+            self.connection.executemany(
+                "INSERT INTO judgments (episode_id, panel, judge, mode, template, target_idx, criterion, score, "
+                "raw_text, parsed, order_swapped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
                     [
-                        [
-                            episode.episode_id,
-                            m.idx,
-                            m.speaker,
-                            m.model,
-                            m.text,
-                            m.prompt_tokens,
-                            m.cached_prompt_tokens,
-                            m.completion_tokens,
-                            m.latency_s,
-                            m.finish_reason,
-                        ]
-                        for m in episode.messages
-                    ],
-                )
-            if episode.judgments:
-                self.connection.executemany(
-                    "INSERT INTO judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        [
-                            episode.episode_id,
-                            j.panel,
-                            j.judge,
-                            j.mode,
-                            j.target_idx,
-                            j.criterion,
-                            j.score,
-                            j.raw_text,
-                            j.parsed,
-                            j.order_swapped,
-                        ]
-                        for j in episode.judgments
-                    ],
-                )
-            if episode.scores:
-                self.connection.executemany(
-                    "INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        [episode.episode_id, episode.run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value]
-                        for s in episode.scores
-                    ],
-                )
+                        episode_id,
+                        j.panel,
+                        j.judge,
+                        j.mode,
+                        j.template,
+                        j.target_idx,
+                        j.criterion,
+                        j.score,
+                        j.raw_text,
+                        j.parsed,
+                        j.order_swapped,
+                    ]
+                    for j in judgments
+                ],
+            )
+        if scores:
+            self.connection.executemany(
+                "INSERT INTO scores (episode_id, run_id, panel, player, metric, value, calibrated_value, "
+                "calibration_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [episode_id, run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value, s.calibration_id]
+                    for s in scores
+                ],
+            )
 
     def write_bench(
         self,

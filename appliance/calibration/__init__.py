@@ -1,0 +1,1 @@
+"""Calibrating judge panels against human labels: metrics, isotonic maps, held-out reports."""

@@ -1,0 +1,189 @@
+"""Every judge of a panel rates every labelled item, through the batched engine.
+
+Each item is a small episode on the scheduler, so a panel rates hundreds of
+items with the judges' requests decoded together. Verdicts are stored per
+item as they finish (keyed by template fingerprint and criterion), so an
+interrupted calibration resumes and a second calibration of the same panel
+costs no decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from appliance.catalog import Catalog
+from appliance.engine.backend import Backend
+from appliance.engine.factory import open_backend
+from appliance.episodes import EpisodeContext, derive_seed
+from appliance.judging.panels import Panel
+from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
+from appliance.judging.verdicts import judge_replies
+from appliance.labels.model import LabelItem, LabelSet
+from appliance.runner import BackendFactory, bind_role
+from appliance.scheduler import Scheduler
+from appliance.store import Store
+from appliance.store.labels import cached_label_verdicts, write_label_verdicts
+from appliance.store.records import LabelVerdict
+
+GENERIC_SPEAKER = "System"
+GENERIC_DESCRIPTION = "A conversational assistant talking with a user."
+
+VerdictKey = tuple[str, str, bool]  # item, judge, order swapped
+
+
+def item_variables(label_set: LabelSet, item: LabelItem, criterion: str, template: JudgeTemplate) -> dict[str, str]:
+    """Placeholders any template may use; templates pick what they need.
+
+    Turn items also fill the PingPong template's names ({name}, {description},
+    {dialogue}, {reply}) so that judges of a scenario can be calibrated with
+    the very template the scenario uses.
+    """
+    texts = item.texts
+    help_text = template.criterion_help.get(criterion, "") if isinstance(template, RatingTemplate) else ""
+    variables = {
+        "criterion": criterion,
+        "criterion_help": help_text or f"the {criterion.lower()} of the response",
+        **texts,
+    }
+    if label_set.kind == "turn":
+        variables |= {
+            "dialogue": texts["context"],
+            "reply": texts["response"],
+            "name": GENERIC_SPEAKER,
+            "description": texts.get("persona") or GENERIC_DESCRIPTION,
+        }
+    elif label_set.kind == "dialogue":
+        variables.setdefault("context", texts["dialogue"])
+    else:
+        variables.setdefault("input", "")
+    return variables
+
+
+def _variant(label_set: LabelSet, criterion: str) -> str:
+    return "preference" if label_set.kind == "pairwise" else criterion
+
+
+def collect_verdicts(
+    store: Store,
+    catalog: Catalog,
+    panel: Panel,
+    label_set: LabelSet,
+    template: JudgeTemplate,
+    criterion: str,
+    items: list[LabelItem],
+    *,
+    seed: int = 0,
+    parallel: int = 16,
+    backend_factory: BackendFactory = open_backend,
+    on_item: Callable[[int, int], None] | None = None,
+) -> dict[VerdictKey, LabelVerdict]:
+    """Verdicts of every judge on every item (and both orders for pairs), decoding only what is missing."""
+    fingerprint = template.fingerprint()
+    variant = _variant(label_set, criterion)
+    verdicts = cached_label_verdicts(store, label_set.name, fingerprint, variant)
+    orders = (False, True) if isinstance(template, PairwiseTemplate) else (False,)
+    todo: dict[str, list[tuple[str, bool]]] = {}
+    for item in items:
+        missing = [(j, o) for j in panel.judges for o in orders if (item.item_id, j, o) not in verdicts]
+        if missing:
+            todo[item.item_id] = missing
+    if not todo:
+        return verdicts
+    judges_needed = sorted({judge for work in todo.values() for judge, _ in work})
+    backends: dict[str, Backend] = {}
+    try:
+        for judge in judges_needed:
+            backends[judge] = backend_factory(catalog, catalog.get(judge), parallel=parallel)
+        by_id = {item.item_id: item for item in items}
+        new = asyncio.run(
+            _rate_items(
+                store,
+                catalog,
+                backends,
+                panel,
+                label_set,
+                template,
+                criterion,
+                [(by_id[i], work) for i, work in todo.items()],
+                seed,
+                parallel,
+                on_item,
+            )
+        )
+    finally:
+        for backend in backends.values():
+            backend.close()
+    verdicts.update(new)
+    return verdicts
+
+
+async def _rate_items(
+    store: Store,
+    catalog: Catalog,
+    backends: dict[str, Backend],
+    panel: Panel,
+    label_set: LabelSet,
+    template: JudgeTemplate,
+    criterion: str,
+    work: list[tuple[LabelItem, list[tuple[str, bool]]]],
+    seed: int,
+    parallel: int,
+    on_item: Callable[[int, int], None] | None,
+) -> dict[VerdictKey, LabelVerdict]:
+    scheduler = Scheduler(backends)
+    limiter = asyncio.Semaphore(parallel)
+    roles = {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in backends}
+    variant = _variant(label_set, criterion)
+    results: dict[VerdictKey, LabelVerdict] = {}
+    done = 0
+
+    async def rate(item: LabelItem, requests: list[tuple[str, bool]]) -> None:
+        nonlocal done
+        async with limiter:
+            ctx = EpisodeContext(
+                episode_id=f"label:{label_set.name}:{item.item_id}",
+                seed=derive_seed(seed, label_set.name, item.item_id),
+                scheduler=scheduler,
+                roles=roles,
+            )
+            variables = item_variables(label_set, item, criterion, template)
+            replies = await asyncio.gather(
+                *(
+                    judge_replies(ctx, template, _ordered(variables, swapped), judge, f"{judge}-{int(swapped)}")
+                    for judge, swapped in requests
+                )
+            )
+        verdicts = []
+        for (judge, swapped), texts in zip(requests, replies, strict=True):
+            parsed = template.parse_samples(texts)
+            score = None if parsed is None else template.summary_score(parsed)
+            if swapped and score is not None:
+                score = -score  # stored from the point of view of the first response (response_a)
+            verdicts.append(
+                LabelVerdict(
+                    item_id=item.item_id,
+                    judge=judge,
+                    variant=variant,
+                    order_swapped=swapped,
+                    score=score,
+                    raw_text="\n".join(texts),
+                    parsed=parsed is not None,
+                )
+            )
+        write_label_verdicts(store, label_set.name, template.name, template.fingerprint(), verdicts)
+        results.update({(v.item_id, v.judge, v.order_swapped): v for v in verdicts})
+        done += 1
+        if on_item is not None:
+            on_item(done, len(work))
+
+    gathered = asyncio.gather(*(rate(item, requests) for item, requests in work))
+    await scheduler.drive(gathered)
+    await gathered
+    return results
+
+
+def _ordered(variables: dict[str, str], swapped: bool) -> dict[str, str]:
+    if not swapped:
+        return variables
+    return variables | {"response_a": variables["response_b"], "response_b": variables["response_a"]}

@@ -1,0 +1,226 @@
+"""`appliance calibrate`: rate labelled items with a panel, split, fit on one part, report on the other.
+
+The split is made before anything is fitted and the fitting functions only
+ever receive the fitting part's table, so held-out labels cannot leak into
+the maps or weights (tests/test_calibration.py proves it).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appliance.calibration.collect import VerdictKey, collect_verdicts
+from appliance.calibration.heldout import pairwise_report, rating_report
+from appliance.calibration.models import fit_pairwise_calibration, fit_rating_calibration
+from appliance.calibration.tables import ItemTable, majority, split_items
+from appliance.catalog import Catalog
+from appliance.engine.factory import open_backend
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, load_judge_template
+from appliance.labels.model import PAIRWISE_CRITERION, LabelItem, LabelSet
+from appliance.runner import BackendFactory
+from appliance.store import Store
+from appliance.store.labels import load_label_set, write_calibration
+from appliance.store.records import CalibrationRecord, LabelVerdict
+
+DEFAULT_TEMPLATES = {"turn": "turn_rating", "dialogue": "dialogue_rating", "pairwise": "pairwise_preference"}
+PREFERRED_CRITERIA = ("Overall", "overall", "human (overall)")
+
+
+@dataclass
+class CalibrationRequest:
+    panel: Panel
+    label_set: str
+    criterion: str | None = None
+    template: str | None = None
+    limit: int | None = None
+    heldout_fraction: float = 0.5
+    seed: int = 0
+    parallel: int = 16
+    #: bootstrap resamples for every interval
+    resamples: int = 1000
+
+
+@dataclass
+class CalibrationOutcome:
+    record: CalibrationRecord
+    report: dict[str, Any]
+    fit: ItemTable
+    held: ItemTable
+    kind: str
+
+
+def choose_criterion(label_set: LabelSet, criterion: str | None) -> str:
+    criteria = label_set.criteria()
+    if criterion is None:
+        preferred = [c for c in PREFERRED_CRITERIA if c in criteria]
+        if label_set.kind == "pairwise":
+            return PAIRWISE_CRITERION
+        if preferred:
+            return preferred[0]
+        raise ApplianceError(f"--criterion: label set '{label_set.name}' needs one of: {', '.join(criteria)}")
+    if criterion not in criteria:
+        raise ApplianceError(
+            f"--criterion: '{criterion}' is not in label set '{label_set.name}' (known: {', '.join(criteria)})"
+        )
+    return criterion
+
+
+def labelled_items(label_set: LabelSet, criterion: str, limit: int | None, seed: int) -> list[LabelItem]:
+    """Items with at least two numeric human values for the criterion, a seeded sample if limited."""
+    counts: dict[str, int] = {}
+    for label in label_set.labels:
+        if label.criterion == criterion and label.value is not None:
+            counts[label.item_id] = counts.get(label.item_id, 0) + 1
+    items = [item for item in label_set.items if counts.get(item.item_id, 0) >= 2]
+    if limit is not None and limit < len(items):
+        items = sorted(random.Random(seed).sample(items, limit), key=lambda item: item.item_id)
+    if len(items) < 4:
+        raise ApplianceError(f"--labels: label set '{label_set.name}' has {len(items)} usable items for '{criterion}'")
+    return items
+
+
+def build_table(
+    label_set: LabelSet,
+    criterion: str,
+    items: list[LabelItem],
+    verdicts: dict[VerdictKey, LabelVerdict],
+    judges: list[str],
+) -> ItemTable:
+    ids = [item.item_id for item in items]
+    row = {item_id: index for index, item_id in enumerate(ids)}
+    annotators = sorted({x.annotator for x in label_set.labels if x.criterion == criterion and x.item_id in row})
+    values = {a: np.full(len(ids), np.nan) for a in annotators}
+    for label in label_set.labels:
+        if label.criterion == criterion and label.item_id in row and label.value is not None:
+            values[label.annotator][row[label.item_id]] = label.value
+    stacked = np.vstack(list(values.values()))
+    pairwise = label_set.kind == "pairwise"
+
+    def scores(judge: str, swapped: bool) -> np.ndarray:
+        found = [verdicts.get((item_id, judge, swapped)) for item_id in ids]
+        return np.asarray([np.nan if v is None or v.score is None else v.score for v in found], dtype=float)
+
+    if pairwise:
+        human = np.asarray([majority(stacked[:, i]) for i in range(len(ids))])
+        length = np.asarray(
+            [np.sign(len(i.texts["response_a"]) - len(i.texts["response_b"])) for i in items], dtype=float
+        )
+    else:
+        counts = np.isfinite(stacked).sum(axis=0)
+        human = np.nansum(stacked, axis=0) / np.maximum(counts, 1)
+        key = "response" if label_set.kind == "turn" else "dialogue"
+        length = np.asarray([len(i.texts[key]) for i in items], dtype=float)
+    return ItemTable(
+        item_ids=tuple(ids),
+        judges={j: scores(j, False) for j in judges},
+        human=human,
+        annotators=values,
+        length=length,
+        swapped={j: scores(j, True) for j in judges} if pairwise else None,
+    )
+
+
+def resolve_template(label_set: LabelSet, name: str | None, judges_dir: Path) -> JudgeTemplate:
+    chosen = name or DEFAULT_TEMPLATES[label_set.kind]
+    path = judges_dir / f"{chosen}.toml"
+    if not path.is_file():
+        raise ApplianceError(f"--template: {path} not found")
+    template = load_judge_template(path)
+    if (label_set.kind == "pairwise") != isinstance(template, PairwiseTemplate):
+        raise ApplianceError(
+            f"--template: '{chosen}' is a {template.mode} template; label set '{label_set.name}' is {label_set.kind}"
+        )
+    return template
+
+
+def run_calibration(
+    store: Store,
+    catalog: Catalog,
+    request: CalibrationRequest,
+    judges_dir: Path,
+    *,
+    backend_factory: BackendFactory = open_backend,
+    on_item: Callable[[int, int], None] | None = None,
+) -> CalibrationOutcome:
+    label_set = load_label_set(store, request.label_set)
+    criterion = choose_criterion(label_set, request.criterion)
+    template = resolve_template(label_set, request.template, judges_dir)
+    for judge in request.panel.judges:
+        catalog.get(judge)
+    items = labelled_items(label_set, criterion, request.limit, request.seed)
+    verdicts = collect_verdicts(
+        store,
+        catalog,
+        request.panel,
+        label_set,
+        template,
+        criterion,
+        items,
+        seed=request.seed,
+        parallel=request.parallel,
+        backend_factory=backend_factory,
+        on_item=on_item,
+    )
+    table = build_table(label_set, criterion, items, verdicts, request.panel.judges)
+    fit_ids, held_ids = split_items(list(table.item_ids), request.seed, request.heldout_fraction)
+    fit, held = table.subset(fit_ids), table.subset(held_ids)
+    human_scale = label_set.scales.get(criterion, (float(np.nanmin(table.human)), float(np.nanmax(table.human))))
+    calibration: Any
+    if label_set.kind == "pairwise":
+        calibration = fit_pairwise_calibration(fit)
+        report = pairwise_report(fit, held, calibration, seed=request.seed, resamples=request.resamples)
+    else:
+        calibration = fit_rating_calibration(fit)
+        report = rating_report(
+            fit,
+            held,
+            calibration,
+            judge_scale=template.scale,
+            human_scale=human_scale,
+            seed=request.seed,
+            resamples=request.resamples,
+        )
+    used = set(table.item_ids)
+    unparsed = {
+        judge: sum(1 for (item_id, j, _), v in verdicts.items() if j == judge and item_id in used and not v.parsed)
+        for judge in request.panel.judges
+    }
+    record = CalibrationRecord(
+        calibration_id=datetime.now(UTC).strftime("cal-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4],
+        created_at=datetime.now(UTC).replace(tzinfo=None),
+        panel=request.panel.name,
+        judges=list(request.panel.judges),
+        label_set=label_set.name,
+        criterion=criterion,
+        template=template.name,
+        seed=request.seed,
+        fit_items=fit_ids,
+        heldout_items=held_ids,
+        model=calibration.to_json() | {"judge_scale": list(template.scale), "human_scale": list(human_scale)},
+        metrics=report,
+    )
+    write_calibration(store, record)
+    summary = {
+        "calibration_id": record.calibration_id,
+        "panel": record.panel,
+        "label_set": record.label_set,
+        "kind": label_set.kind,
+        "criterion": criterion,
+        "template": template.name,
+        "human_scale": list(human_scale),
+        "judge_scale": list(template.scale),
+        "items": {"fit": len(fit_ids), "heldout": len(held_ids)},
+        "unparsed_verdicts": unparsed,
+        "model": record.model,
+    }
+    return CalibrationOutcome(record, summary | report, fit, held, label_set.kind)

@@ -1,0 +1,229 @@
+"""CLI verbs about judges: `labels import|list`, `calibrate`, `score`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from appliance.catalog import sha256_of
+from appliance.cli.options import DbOption, JsonOption, ModelsOption, console, error_console, load_models
+from appliance.errors import ApplianceError
+from appliance.judging.panels import get_panel
+from appliance.paths import judges_dir
+from appliance.store import Store
+
+labels_app = typer.Typer(no_args_is_help=True, help="Human labels that judges are calibrated against.")
+
+LABEL_FORMATS = "fed | usr | dstc9 | pandalm | jsonl"
+
+
+def _progress(label: str, quiet: bool) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=error_console,
+        disable=quiet or not error_console.is_terminal,
+    )
+
+
+@labels_app.command("import")
+def labels_import(
+    path: Annotated[Path, typer.Argument(help="label file (a folder for dstc9)")],
+    format_name: Annotated[str, typer.Option("--format", help=LABEL_FORMATS)],
+    name: Annotated[str | None, typer.Option(help="label set name (jsonl: default the file name)")] = None,
+    kind: Annotated[str, typer.Option(help="jsonl only: turn | dialogue | pairwise")] = "turn",
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Store human labels, one row per annotator, item and criterion; re-importing a set replaces it."""
+    from appliance.labels import read_labels
+    from appliance.store.labels import write_label_set
+
+    sets = read_labels(path, format_name, name=name, kind=kind)  # fully read and checked before the store opens
+    digest = sha256_of(path, use_cache=False) if path.is_file() else "folder"
+    with Store.open(db) as store:
+        for label_set in sets:
+            write_label_set(store, label_set, digest)
+    rows = [
+        {
+            "label_set": s.name,
+            "kind": s.kind,
+            "items": len(s.items),
+            "annotators": len(s.annotators()),
+            "labels": len(s.labels),
+            "missing": sum(1 for x in s.labels if x.value is None),
+            "criteria": s.criteria(),
+        }
+        for s in sets
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    for row in rows:
+        console.print(
+            f"imported label set '{row['label_set']}' ({row['kind']}): {row['items']} items, "
+            f"{row['annotators']} annotators, {row['labels']} labels ({row['missing']} not numeric, kept as missing), "
+            f"criteria: {', '.join(row['criteria'])}"  # type: ignore[arg-type]
+        )
+
+
+@labels_app.command("list")
+def labels_list(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Label sets with their items, annotators and criteria (with scales)."""
+    from appliance.store.labels import label_set_summaries
+
+    with Store.open(db, read_only=True) as store:
+        summaries = label_set_summaries(store)
+    if as_json:
+        print(json.dumps(summaries, default=str))
+        return
+    table = Table(title="label sets", title_justify="left")
+    for column in ("label set", "kind", "format", "items", "annotators", "labels", "missing", "criteria (scale)"):
+        table.add_column(column)
+    for s in summaries:
+        criteria = ", ".join(f"{c} ({lo:g}-{hi:g})" for c, (lo, hi) in s["criteria"].items())
+        table.add_row(
+            s["label_set"],
+            s["kind"],
+            s["format"],
+            str(s["items"]),
+            str(s["annotators"]),
+            str(s["labels"]),
+            str(s["missing"]),
+            criteria,
+        )
+    console.print(table)
+
+
+def calibrate(
+    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    labels: Annotated[str, typer.Option("--labels", help="label set (see 'appliance labels list')")] = "fed-turn",
+    criterion: Annotated[str | None, typer.Option(help="human criterion (default Overall / preference)")] = None,
+    template: Annotated[str | None, typer.Option(help="judge template in judges/ (default by label kind)")] = None,
+    limit: Annotated[int | None, typer.Option(min=4, help="a seeded sample of N items")] = None,
+    heldout: Annotated[float, typer.Option(min=0.05, max=0.95, help="share of items held out")] = 0.5,
+    seed: Annotated[int, typer.Option(help="split, sample and decoding seed")] = 0,
+    parallel: Annotated[int, typer.Option(min=1, help="items rated at once")] = 16,
+    resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples per interval")] = 1000,
+    plot: Annotated[Path | None, typer.Option(help="PNG path (default out/<calibration id>.png)")] = None,
+    db: DbOption = None,
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rate labelled items with a panel, fit judge->human maps on one part, report agreement on the rest."""
+    from appliance.calibration.pipeline import CalibrationRequest, run_calibration
+    from appliance.calibration.plot import write_plot
+
+    catalog = load_models(models)
+    chosen = get_panel(judges_dir() / "panels.toml", panel)
+    request = CalibrationRequest(chosen, labels, criterion, template, limit, heldout, seed, parallel, resamples)
+    with Store.open(db) as store, _progress("items", as_json) as progress:
+        task = progress.add_task("rating", total=None)
+        outcome = run_calibration(
+            store,
+            catalog,
+            request,
+            judges_dir(),
+            on_item=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    plot_path = write_plot(
+        plot or Path("out") / f"{outcome.record.calibration_id}.png", outcome.held, outcome.kind, outcome.report
+    )
+    report = outcome.report | {"plot": str(plot_path)}
+    if as_json:
+        print(json.dumps(report))
+        return
+    print_calibration(report)
+
+
+def print_calibration(report: dict[str, Any]) -> None:
+    pairwise = report["kind"] == "pairwise"
+    names = (
+        ("kappa", "agreement", "position_bias")
+        if pairwise
+        else ("spearman", "kendall", "pearson", "krippendorff_alpha", "mae")
+    )
+    table = Table(
+        title=(
+            f"calibration {report['calibration_id']}: panel '{report['panel']}' on '{report['label_set']}' "
+            f"/ {report['criterion']} (template {report['template']}; fit {report['items']['fit']}, "
+            f"held out {report['items']['heldout']})"
+        ),
+        title_justify="left",
+    )
+    table.add_column("held-out")
+    table.add_column("n", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for judge, row in report["judges"].items():
+        rows.append((f"{judge}" + ("" if pairwise else " (raw)"), row))
+        if "calibrated" in row:
+            rows.append((f"{judge} (calibrated)", row["calibrated"]))
+    rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
+    for label, row in rows:
+        cells = [_metric_cell(row.get(name)) for name in names]
+        table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
+    console.print(table)
+    unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
+    console.print(
+        f"Human scale {report['human_scale']}, judge scale {report['judge_scale']}; raw judges are rescaled "
+        f"linearly for MAE and alpha. 95% intervals: bootstrap over held-out items. Unparsed verdicts: {unparsed}."
+    )
+    console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
+
+
+def _metric_cell(metric: dict[str, Any] | None) -> str:
+    if not metric or metric.get("value") is None:
+        return "-"
+    ci = metric.get("ci")
+    interval = "" if not ci else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return f"{metric['value']:.2f}{interval}"
+
+
+def score(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    parallel: Annotated[int, typer.Option(min=1, help="episodes judged at once")] = 8,
+    db: DbOption = None,
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """(Re)score a stored run with a panel, without regenerating transcripts; other panels' scores stay."""
+    from appliance.cli.render import print_leaderboard
+    from appliance.report import build_leaderboard
+    from appliance.rescoring import rescore_run
+    from appliance.runner import RunConfig
+
+    catalog = load_models(models)
+    chosen = get_panel(judges_dir() / "panels.toml", panel)
+    for judge in chosen.judges:
+        catalog.get(judge)
+    with Store.open(db) as store, _progress("episodes", as_json) as progress:
+        resolved = run_id or store.latest_run_id()
+        if resolved is None:
+            raise ApplianceError(f"{store.path}: no runs stored yet")
+        task = progress.add_task("judging", total=None)
+        summary = rescore_run(
+            store,
+            catalog,
+            resolved,
+            chosen,
+            parallel=parallel,
+            on_episode=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+        scenarios = RunConfig(**store.run(resolved)["config"]).scenarios
+        boards = [build_leaderboard(store, resolved, scenario=name, panel=chosen.name) for name in scenarios]
+    if as_json:
+        print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
+        return
+    for board in boards:
+        print_leaderboard(console, board)
+    console.print(f"Scored {summary.episodes} episodes of run {summary.run_id} with panel '{summary.panel}'.")

@@ -1,0 +1,175 @@
+"""Asking a judge: render its template, decode under its grammar, parse, record.
+
+Raw text is always kept; a reply that does not parse is recorded with
+`parsed=False` and no score, never dropped. Pairwise judging asks both
+orders, because small judges favour a position: a response wins only if it
+wins in both orders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal
+
+from appliance.engine.types import Message, Sampling
+from appliance.episodes import EpisodeContext
+from appliance.judging.templates import PREFERENCE, JudgeTemplate, PairwiseTemplate, render
+from appliance.store.records import JudgmentRecord
+
+PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]
+
+
+def verdict_records(
+    texts: list[str],
+    template: JudgeTemplate,
+    *,
+    panel: str,
+    judge: str,
+    target_idx: int,
+    order_swapped: bool = False,
+) -> list[JudgmentRecord]:
+    """One row per output of the template (the mean over samples); if no sample parses, rows with no score."""
+    verdict = template.parse_samples(texts)
+    text = "\n".join(texts)
+    return [
+        JudgmentRecord(
+            panel=panel,
+            judge=judge,
+            mode=template.mode,
+            template=template.name,
+            target_idx=target_idx,
+            criterion=output,
+            score=None if verdict is None else verdict[output],
+            raw_text=text,
+            parsed=verdict is not None,
+            order_swapped=order_swapped,
+        )
+        for output in template.outputs()
+    ]
+
+
+def judge_messages(template: JudgeTemplate, variables: dict[str, str]) -> list[Message]:
+    source = f"judges/{template.name}.toml"
+    return [
+        Message(role="system", content=render(template.system, variables, source)),
+        Message(role="user", content=render(template.user, variables, source)),
+    ]
+
+
+async def judge_replies(
+    ctx: EpisodeContext, template: JudgeTemplate, variables: dict[str, str], judge_model: str, conversation: str
+) -> list[str]:
+    """The judge's raw replies (`template.samples` of them), decoded under the template's grammar.
+
+    Samples go out together with the same prompt, so the engine prefills it once and forks it.
+    """
+    messages = judge_messages(template, variables)
+    sampling = Sampling(temperature=template.temperature, max_tokens=template.max_tokens)
+    completions = await asyncio.gather(
+        *(
+            ctx.generate(
+                "judge",
+                messages,
+                sampling=sampling,
+                grammar=template.grammar(),
+                model=judge_model,
+                conversation=f"{conversation}-s{sample}",
+                record=False,
+            )
+            for sample in range(template.samples)
+        )
+    )
+    return [completion.text for completion in completions]
+
+
+async def ask_judge(
+    ctx: EpisodeContext,
+    template: JudgeTemplate,
+    variables: dict[str, str],
+    *,
+    judge_model: str,
+    panel: str,
+    target_idx: int,
+    order_swapped: bool = False,
+) -> list[JudgmentRecord]:
+    """One verdict of one judge; the records are also added to the episode."""
+    texts = await judge_replies(ctx, template, variables, judge_model, f"judge-{target_idx}-{int(order_swapped)}")
+    records = verdict_records(
+        texts, template, panel=panel, judge=judge_model, target_idx=target_idx, order_swapped=order_swapped
+    )
+    ctx.judgments.extend(records)
+    return records
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """Both orders of one judge on one pair, from the first response's point of view."""
+
+    judge: str
+    original: float | None  # +1 first better, -1 second better, 0 tie (first shown as A)
+    swapped: float | None  # the same, asked with the second shown as A
+
+    @property
+    def outcome(self) -> PairOutcome:
+        return combine_orders(self.original, self.swapped)
+
+    @property
+    def position_biased(self) -> bool:
+        """The judge picked the same position (A twice or B twice) whatever it held."""
+        return self.original is not None and self.swapped is not None and self.original == -self.swapped != 0
+
+
+def combine_orders(original: float | None, swapped: float | None) -> PairOutcome:
+    """A win needs both orders; equal ties are a tie; any other pair of verdicts is inconsistent."""
+    if original is None or swapped is None:
+        return "unparsed"
+    if original == swapped == 1.0:
+        return "first"
+    if original == swapped == -1.0:
+        return "second"
+    if original == swapped == 0.0:
+        return "tie"
+    return "inconsistent"
+
+
+async def judge_pair(
+    ctx: EpisodeContext,
+    template: PairwiseTemplate,
+    variables: dict[str, str],
+    first: str,
+    second: str,
+    *,
+    judge_model: str,
+    panel: str,
+    target_idx: int,
+) -> PairVerdict:
+    """Ask one judge both orders at once (batched); `swapped` is re-expressed for the first response."""
+    original, swapped = await asyncio.gather(
+        ask_judge(
+            ctx,
+            template,
+            {**variables, "response_a": first, "response_b": second},
+            judge_model=judge_model,
+            panel=panel,
+            target_idx=target_idx,
+        ),
+        ask_judge(
+            ctx,
+            template,
+            {**variables, "response_a": second, "response_b": first},
+            judge_model=judge_model,
+            panel=panel,
+            target_idx=target_idx,
+            order_swapped=True,
+        ),
+    )
+    return PairVerdict(judge_model, _preference(original), _flip(_preference(swapped)))
+
+
+def _preference(records: list[JudgmentRecord]) -> float | None:
+    return next((r.score for r in records if r.criterion == PREFERENCE and r.parsed), None)
+
+
+def _flip(value: float | None) -> float | None:
+    return None if value is None else -value

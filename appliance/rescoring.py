@@ -1,0 +1,136 @@
+"""`appliance score RUN --panel NAME`: judge a stored run again without regenerating transcripts.
+
+Each finished episode's messages are read back and handed to its family's
+`judge`, exactly as at the end of play; the new panel's verdicts and scores
+replace only that panel's earlier ones, so several panels coexist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from appliance.calibration.apply import apply_calibration, pick_calibrations
+from appliance.catalog import Catalog
+from appliance.engine.backend import Backend
+from appliance.engine.factory import open_backend
+from appliance.episodes import EpisodeContext, derive_seed
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.runner import BackendFactory, RunConfig, bind_role
+from appliance.scenarios import load_family
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scheduler import Scheduler
+from appliance.store import MessageRecord, Store
+
+
+@dataclass
+class RescoreSummary:
+    run_id: str
+    panel: str
+    episodes: int
+    calibrations: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _StoredEpisode:
+    episode_id: str
+    family: ScenarioFamily
+    instance: Instance
+    player: str
+    seed: int
+    messages: list[MessageRecord]
+
+
+def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_StoredEpisode]:
+    families = {name.split(":")[0]: load_family(name) for name in config.scenarios}
+    instances = {(f.name, i.id): i for f in families.values() for i in f.instances()}
+    rows = store.query(
+        "SELECT episode_id, scenario, instance_id, player, seed FROM episodes "
+        "WHERE run_id = ? AND status = 'finished' ORDER BY episode_id",
+        [run_id],
+    )
+    episodes = []
+    for episode_id, scenario, instance_id, player, seed in rows:
+        family = families.get(str(scenario))
+        instance = instances.get((str(scenario), str(instance_id)))
+        if family is None or instance is None:
+            raise ApplianceError(f"run '{run_id}': instance '{instance_id}' of '{scenario}' is no longer defined")
+        messages = [
+            MessageRecord(
+                idx=idx,
+                speaker=speaker,
+                model=model,
+                text=text,
+                prompt_tokens=prompt,
+                cached_prompt_tokens=cached,
+                completion_tokens=completion,
+                latency_s=latency,
+                finish_reason=finish,
+            )
+            for idx, speaker, model, text, prompt, cached, completion, latency, finish in store.query(
+                "SELECT idx, speaker, model, text, prompt_tokens, cached_prompt_tokens, completion_tokens, "
+                "latency_s, finish_reason FROM messages WHERE episode_id = ? ORDER BY idx",
+                [episode_id],
+            )
+        ]
+        episodes.append(_StoredEpisode(str(episode_id), family, instance, str(player), int(seed), messages))
+    return episodes
+
+
+def rescore_run(
+    store: Store,
+    catalog: Catalog,
+    run_id: str,
+    panel: Panel,
+    *,
+    parallel: int = 8,
+    backend_factory: BackendFactory = open_backend,
+    on_episode: Callable[[int, int], None] | None = None,
+) -> RescoreSummary:
+    config = RunConfig(**store.run(run_id)["config"])
+    episodes = _stored_episodes(store, run_id, config)
+    if not episodes:
+        raise ApplianceError(f"{store.path}: run '{run_id}' has no finished episodes to score")
+    calibrations = pick_calibrations(store, panel, list({e.family.name: e.family for e in episodes}.values()))
+    backends: dict[str, Backend] = {}
+    try:
+        for judge in panel.judges:
+            backends[judge] = backend_factory(catalog, catalog.get(judge), parallel=parallel)
+        scheduler = Scheduler(backends)
+        limiter = asyncio.Semaphore(parallel)
+        done = 0
+
+        async def one(episode: _StoredEpisode) -> None:
+            nonlocal done
+            roles = {"player": bind_role(catalog, episode.player, "player")}
+            roles |= {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in panel.judges}
+            ctx = EpisodeContext(
+                episode_id=episode.episode_id,
+                seed=derive_seed(episode.seed, "rescore", panel.name),
+                scheduler=scheduler,
+                roles=roles,
+                messages=list(episode.messages),
+            )
+            async with limiter:
+                await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
+            scores = ctx.scores
+            calibration = calibrations.get(episode.family.name)
+            if calibration is not None:
+                scores = apply_calibration(scores, ctx.judgments, calibration, episode.family.calibrated_metric)
+            store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
+            done += 1
+            if on_episode is not None:
+                on_episode(done, len(episodes))
+
+        async def all_episodes() -> None:
+            work = asyncio.gather(*(one(e) for e in episodes))
+            await scheduler.drive(work)
+            await work
+
+        asyncio.run(all_episodes())
+    finally:
+        for backend in backends.values():
+            backend.close()
+    return RescoreSummary(run_id, panel.name, len(episodes), {f: r.calibration_id for f, r in calibrations.items()})

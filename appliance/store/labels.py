@@ -1,0 +1,208 @@
+"""Label sets, judge verdicts on labelled items, and calibrations in the store.
+
+Importing a set replaces an earlier import of the same name in one
+transaction. Cached judge verdicts survive a re-import of an unchanged file
+(same sha256); a changed file drops them, since its texts may differ.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from appliance.errors import ApplianceError
+from appliance.labels.model import HumanLabel, LabelItem, LabelKind, LabelSet
+from appliance.store.records import CalibrationRecord, LabelVerdict
+from appliance.store.store import Store
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def write_label_set(store: Store, label_set: LabelSet, source_sha256: str) -> None:
+    name = label_set.name
+    with store.transaction():
+        previous = store.query("SELECT source_sha256 FROM label_sets WHERE label_set = ?", [name])
+        tables = ["label_sets", "label_items", "human_labels"]
+        if previous and previous[0][0] != source_sha256:
+            tables.append("label_judgments")
+        for table in tables:
+            store.connection.execute(f"DELETE FROM {table} WHERE label_set = ?", [name])
+        store.connection.execute(
+            "INSERT INTO label_sets VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                name,
+                label_set.kind,
+                label_set.format,
+                label_set.source,
+                source_sha256,
+                _now(),
+                json.dumps({c: list(r) for c, r in label_set.scales.items()}),
+            ],
+        )
+        store.connection.executemany(
+            "INSERT INTO label_items VALUES (?, ?, ?, ?)",
+            [[name, i.item_id, json.dumps(i.texts), json.dumps(i.metadata)] for i in label_set.items],
+        )
+        store.connection.executemany(
+            "INSERT INTO human_labels VALUES (?, ?, ?, ?, ?, ?)",
+            [[name, x.item_id, x.annotator, x.criterion, x.value, x.raw_value] for x in label_set.labels],
+        )
+
+
+def label_set_summaries(store: Store) -> list[dict[str, Any]]:
+    rows = store.query(
+        """
+        SELECT s.label_set, s.kind, s.format, s.source, s.imported_at,
+               (SELECT count(*) FROM label_items i WHERE i.label_set = s.label_set),
+               (SELECT count(DISTINCT annotator) FROM human_labels h WHERE h.label_set = s.label_set),
+               (SELECT count(*) FROM human_labels h WHERE h.label_set = s.label_set),
+               (SELECT count(*) FROM human_labels h WHERE h.label_set = s.label_set AND h.value IS NULL),
+               s.scales
+        FROM label_sets s ORDER BY s.label_set
+        """
+    )
+    keys = ("label_set", "kind", "format", "source", "imported_at", "items", "annotators", "labels", "missing")
+    summaries = []
+    for row in rows:
+        summary = dict(zip(keys, row[:-1], strict=True))
+        summary["criteria"] = json.loads(row[-1])
+        summaries.append(summary)
+    return summaries
+
+
+def load_label_set(store: Store, name: str) -> LabelSet:
+    head = store.query("SELECT kind, format, source, scales FROM label_sets WHERE label_set = ?", [name])
+    if not head:
+        known = [str(row[0]) for row in store.query("SELECT label_set FROM label_sets ORDER BY 1")]
+        raise ApplianceError(
+            f"--labels: no label set '{name}' in {store.path} (known: {', '.join(known) or 'none; run labels import'})"
+        )
+    kind, format_name, source, scales = head[0]
+    items = [
+        LabelItem(str(item_id), json.loads(texts), json.loads(metadata))
+        for item_id, texts, metadata in store.query(
+            "SELECT item_id, texts, metadata FROM label_items WHERE label_set = ? ORDER BY item_id", [name]
+        )
+    ]
+    labels = [
+        HumanLabel(str(item_id), str(annotator), str(criterion), None if value is None else float(value), str(raw))
+        for item_id, annotator, criterion, value, raw in store.query(
+            "SELECT item_id, annotator, criterion, value, raw_value FROM human_labels WHERE label_set = ?", [name]
+        )
+    ]
+    return LabelSet(
+        name,
+        cast(LabelKind, kind),
+        str(format_name),
+        str(source),
+        items,
+        labels,
+        {c: (float(r[0]), float(r[1])) for c, r in json.loads(scales).items()},
+    )
+
+
+def cached_label_verdicts(
+    store: Store, label_set: str, template_fingerprint: str, variant: str
+) -> dict[tuple[str, str, bool], LabelVerdict]:
+    """Stored verdicts keyed by (item, judge, order swapped)."""
+    rows = store.query(
+        "SELECT item_id, judge, order_swapped, score, raw_text, parsed FROM label_judgments "
+        "WHERE label_set = ? AND template_fingerprint = ? AND variant = ?",
+        [label_set, template_fingerprint, variant],
+    )
+    return {
+        (str(item), str(judge), bool(swapped)): LabelVerdict(
+            item_id=str(item),
+            judge=str(judge),
+            variant=variant,
+            order_swapped=bool(swapped),
+            score=None if score is None else float(score),
+            raw_text=str(raw),
+            parsed=bool(parsed),
+        )
+        for item, judge, swapped, score, raw, parsed in rows
+    }
+
+
+def write_label_verdicts(
+    store: Store, label_set: str, template: str, template_fingerprint: str, verdicts: list[LabelVerdict]
+) -> None:
+    if not verdicts:
+        return
+    with store.transaction():
+        store.connection.executemany(
+            "INSERT OR REPLACE INTO label_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                [
+                    label_set,
+                    v.item_id,
+                    v.judge,
+                    template,
+                    template_fingerprint,
+                    v.variant,
+                    v.order_swapped,
+                    v.score,
+                    v.raw_text,
+                    v.parsed,
+                    _now(),
+                ]
+                for v in verdicts
+            ],
+        )
+
+
+def write_calibration(store: Store, record: CalibrationRecord) -> None:
+    store.connection.execute(
+        "INSERT INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            record.calibration_id,
+            record.created_at,
+            record.panel,
+            json.dumps(record.judges),
+            record.label_set,
+            record.criterion,
+            record.template,
+            record.seed,
+            json.dumps(record.fit_items),
+            json.dumps(record.heldout_items),
+            json.dumps(record.model),
+            json.dumps(record.metrics),
+        ],
+    )
+
+
+_CALIBRATION_COLUMNS = (
+    "calibration_id, created_at, panel, judges, label_set, criterion, template, seed, fit_items, heldout_items, "
+    "model, metrics"
+)
+
+
+def _calibration(row: tuple[Any, ...]) -> CalibrationRecord:
+    keys = [key.strip() for key in _CALIBRATION_COLUMNS.split(",")]
+    record = dict(zip(keys, row, strict=True))
+    for key in ("judges", "fit_items", "heldout_items", "model", "metrics"):
+        record[key] = json.loads(record[key])
+    return CalibrationRecord(**record)
+
+
+def latest_calibration(store: Store, panel: str, template: str, judges: list[str]) -> CalibrationRecord | None:
+    """The newest calibration of this panel (same judges) for verdicts of `template`."""
+    rows = store.query(
+        f"SELECT {_CALIBRATION_COLUMNS} FROM calibrations WHERE panel = ? AND template = ? ORDER BY created_at DESC",
+        [panel, template],
+    )
+    for row in rows:
+        record = _calibration(row)
+        if sorted(record.judges) == sorted(judges):
+            return record
+    return None
+
+
+def get_calibration(store: Store, calibration_id: str) -> CalibrationRecord:
+    rows = store.query(f"SELECT {_CALIBRATION_COLUMNS} FROM calibrations WHERE calibration_id = ?", [calibration_id])
+    if not rows:
+        raise ApplianceError(f"{store.path}: no calibration '{calibration_id}'")
+    return _calibration(rows[0])

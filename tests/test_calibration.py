@@ -1,0 +1,209 @@
+"""Calibration end to end with scripted judges: the split, the fit, the held-out report, the stored map."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance.calibration.apply import apply_calibration
+from appliance.calibration.pipeline import CalibrationRequest, run_calibration
+from appliance.calibration.tables import split_items
+from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.engine.backend import Backend
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest
+from appliance.judging.panels import Panel
+from appliance.labels import read_labels
+from appliance.store import JudgmentRecord, ScoreRecord, Store
+from appliance.store.labels import write_label_set
+
+REPO = Path(__file__).resolve().parent.parent
+PANEL = Panel(name="duo", judges=["smollm2-135m", "gemma3-270m"])
+
+
+def prompt_text(request: GenerationRequest) -> str:
+    return "\n".join(message.content for message in request.messages)
+
+
+def scripted_judges(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
+    """SmolLM2 reads the hidden quality off the response; Gemma always answers 10 (a useless judge)."""
+
+    def respond(request: GenerationRequest) -> str:
+        if spec.name == "gemma3-270m":
+            return '{"score": 10}'
+        quality = int(re.findall(r"quality (\d+)", prompt_text(request))[-1])
+        return json.dumps({"score": min(10, quality + 1)})
+
+    return ScriptedBackend(spec.name, respond)
+
+
+def always_a(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
+    return ScriptedBackend(spec.name, lambda request: '{"better": "A"}')
+
+
+def rating_rows(heldout_override: dict[str, float] | None = None, shift_item: str | None = None) -> list[object]:
+    rng = random.Random(5)
+    rows = []
+    for n in range(40):
+        quality = rng.randint(0, 9)
+        human = quality * 4 / 9
+        item_id = f"item-{n:02d}"
+        if heldout_override and item_id in heldout_override:
+            human = heldout_override[item_id]
+        if item_id == shift_item:
+            human = 4.0 - human
+        rows.append(
+            {
+                "item_id": item_id,
+                "texts": {"context": "User: hello", "response": f"reply of quality {quality}" + "!" * n},
+                "labels": [
+                    {"annotator": "a", "criterion": "overall", "value": round(human, 2)},
+                    {"annotator": "b", "criterion": "overall", "value": round(min(4.0, human + 0.4), 2)},
+                    {"annotator": "c", "criterion": "overall", "value": "N/A"},
+                ],
+            }
+        )
+    return rows
+
+
+def import_rows(store: Store, tmp_path: Path, rows: list[object], kind: str = "turn") -> None:
+    path = tmp_path / "labels.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows))
+    (label_set,) = read_labels(path, "jsonl", name="synthetic", kind=kind)
+    write_label_set(store, label_set, str(hash(path.read_text())))
+
+
+def calibrate(store: Store, factory: object = scripted_judges) -> dict[str, object]:
+    request = CalibrationRequest(PANEL, "synthetic", criterion="overall", seed=3, resamples=200)
+    outcome = run_calibration(
+        store,
+        load_catalog(REPO / "models.toml"),
+        request,
+        REPO / "judges",
+        backend_factory=factory,  # type: ignore[arg-type]
+    )
+    return {"record": outcome.record, "report": outcome.report}
+
+
+def test_split_is_seeded_disjoint_and_complete() -> None:
+    ids = [f"i{n}" for n in range(11)]
+    fit, held = split_items(ids, seed=4, heldout_fraction=0.5)
+    assert not set(fit) & set(held) and sorted(fit + held) == sorted(ids)
+    assert (fit, held) == split_items(list(reversed(ids)), seed=4, heldout_fraction=0.5)
+    assert (fit, held) != split_items(ids, seed=5, heldout_fraction=0.5)
+
+
+def test_held_out_labels_cannot_move_the_fitted_calibration(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rating_rows())
+        first = calibrate(store)["record"]
+        # Rewrite every held-out human label: the maps and weights must not move, the held-out report must.
+        held = {item: 0.0 for item in first.heldout_items}  # type: ignore[attr-defined]
+        import_rows(store, tmp_path, rating_rows(heldout_override=held))
+        second = calibrate(store)["record"]
+        assert (second.fit_items, second.heldout_items) == (first.fit_items, first.heldout_items)  # type: ignore[attr-defined]
+        assert second.model == first.model  # type: ignore[attr-defined]
+        assert second.metrics["panel_calibrated"] != first.metrics["panel_calibrated"]  # type: ignore[attr-defined]
+        # Changing one fitting item's label does move the fit: the test above could have failed.
+        import_rows(store, tmp_path, rating_rows(shift_item=first.fit_items[0]))  # type: ignore[attr-defined]
+        third = calibrate(store)["record"]
+        assert third.model != first.model  # type: ignore[attr-defined]
+
+
+def test_report_shows_the_good_judge_the_useless_judge_and_the_baselines(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rating_rows())
+        result = calibrate(store)
+    report = result["report"]
+    assert isinstance(report, dict)
+    good, useless = report["judges"]["smollm2-135m"], report["judges"]["gemma3-270m"]
+    assert good["spearman"]["value"] == pytest.approx(1.0)
+    low, high = good["spearman"]["ci"]
+    assert low <= 1.0 <= high + 1e-9
+    assert useless["spearman"]["value"] is None  # a constant judge has no rank correlation, not 0
+    weights = report["model"]["weights"]
+    assert weights["smollm2-135m"] > 0.99  # the useless judge is weighted out
+    assert report["panel_calibrated"]["mae"]["value"] < report["panel_mean"]["mae"]["value"]
+    for key in ("spearman", "kendall", "pearson", "krippendorff_alpha", "mae"):
+        for row in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline"):
+            assert key in report[row], (row, key)
+    assert report["human_ceiling"]["annotators"] == 3
+    assert report["items"] == {"fit": 20, "heldout": 20}
+
+
+def test_pairwise_calibration_reports_position_bias(tmp_path: Path) -> None:
+    rows = [
+        {
+            "item_id": f"p{n}",
+            "texts": {"instruction": "say hi", "response_a": "hi" * (n + 1), "response_b": "hello"},
+            "labels": [{"annotator": a, "value": "A" if n % 2 else "B"} for a in ("x", "y", "z")],
+        }
+        for n in range(12)
+    ]
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rows, kind="pairwise")
+        request = CalibrationRequest(PANEL, "synthetic", seed=1, resamples=200)
+        outcome = run_calibration(
+            store, load_catalog(REPO / "models.toml"), request, REPO / "judges", backend_factory=always_a
+        )
+        swapped = store.query("SELECT count(*) FROM label_judgments WHERE order_swapped")[0][0]
+    report = outcome.report
+    assert swapped == 24  # every pair asked in both orders, by both judges
+    judge = report["judges"]["smollm2-135m"]
+    assert judge["position_bias"]["value"] == pytest.approx(1.0)
+    assert judge["agreement"]["value"] == pytest.approx(0.0)  # "A" twice is never a win
+    assert report["human_ceiling"]["agreement"]["value"] == pytest.approx(1.0)
+
+
+def test_a_stored_rating_calibration_maps_episode_verdicts() -> None:
+    from appliance.store.records import CalibrationRecord
+
+    record = CalibrationRecord(
+        calibration_id="cal-x",
+        created_at="2026-01-01T00:00:00",  # type: ignore[arg-type]
+        panel="duo",
+        judges=["j1", "j2"],
+        label_set="s",
+        criterion="overall",
+        template="pingpong_likert",
+        seed=0,
+        fit_items=[],
+        heldout_items=[],
+        model={
+            "kind": "rating",
+            "maps": {"j1": {"xs": [1.0, 5.0], "ys": [0.0, 4.0]}, "j2": {"xs": [1.0, 5.0], "ys": [2.0, 2.0]}},
+            "weights": {"j1": 0.75, "j2": 0.25},
+        },
+        metrics={},
+    )
+
+    def verdict(judge: str, target: int, criterion: str, score: float) -> JudgmentRecord:
+        return JudgmentRecord(
+            panel="duo",
+            judge=judge,
+            mode="likert",
+            template="pingpong_likert",
+            target_idx=target,
+            criterion=criterion,
+            score=score,
+            raw_text="{}",
+            parsed=True,
+        )
+
+    judgments = [
+        verdict("j1", 1, "in_character", 5.0),
+        verdict("j1", 1, "fluent", 3.0),  # j1's turn-1 summary: 4 -> mapped 3.0
+        verdict("j1", 1, "refusal", 1.0),  # the refusal flag is not part of the summary
+        verdict("j2", 1, "in_character", 1.0),  # j2 maps everything to 2.0
+        verdict("j1", 3, "in_character", 1.0),  # turn 3: only j1, mapped 0.0
+    ]
+    scores = [ScoreRecord(panel="duo", player="p", metric="final", value=3.0)]
+    (calibrated,) = apply_calibration(scores, judgments, record, "final")
+    turn_1 = 0.75 * 3.0 + 0.25 * 2.0
+    assert calibrated.calibrated_value == pytest.approx(np.mean([turn_1, 0.0]))
+    assert calibrated.calibration_id == "cal-x" and calibrated.value == 3.0

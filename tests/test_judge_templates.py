@@ -1,0 +1,142 @@
+"""Judge templates: grammars and strict parsers of the four modes, and the pairwise order rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.judging.templates import (
+    LikertTemplate,
+    PairwiseTemplate,
+    RatingTemplate,
+    YesNoTemplate,
+    load_judge_template,
+    load_likert_template,
+)
+from appliance.judging.verdicts import PairVerdict, combine_orders, verdict_records
+
+REPO = Path(__file__).resolve().parent.parent
+JUDGES = REPO / "judges"
+
+
+@pytest.fixture
+def likert() -> LikertTemplate:
+    return load_likert_template(JUDGES / "pingpong_likert.toml")
+
+
+def test_every_shipped_template_loads_with_its_mode() -> None:
+    modes = {path.stem: load_judge_template(path).mode for path in JUDGES.glob("*.toml") if path.stem != "panels"}
+    assert modes == {
+        "pingpong_likert": "likert",
+        "turn_rating": "rating",
+        "dialogue_rating": "rating",
+        "pairwise_preference": "pairwise",
+        "yesno_check": "yesno",
+    }
+
+
+def test_likert_grammar_lists_every_criterion_and_the_scale(likert: LikertTemplate) -> None:
+    grammar = likert.grammar()
+    for criterion in likert.criteria:
+        assert f'\\"{criterion}\\": ' in grammar
+    assert "digit ::= [1-5]" in grammar
+    assert '\\"refusal\\": " boolean' in grammar
+
+
+def test_likert_parses_a_valid_verdict(likert: LikertTemplate) -> None:
+    verdict = likert.parse('{"in_character": 4, "entertaining": 2, "fluent": 5, "refusal": false}')
+    assert verdict == {"in_character": 4.0, "entertaining": 2.0, "fluent": 5.0, "refusal": 0.0}
+    assert verdict is not None and likert.summary_score(verdict) == pytest.approx(11 / 3)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"in_character": 4, "entertaining": 2, "fluent": 5',  # cut by the token limit
+        '{"in_character": 6, "entertaining": 2, "fluent": 5, "refusal": false}',  # off the scale
+        '{"in_character": 4, "entertaining": 2, "refusal": false}',  # a criterion missing
+        '{"in_character": true, "entertaining": 2, "fluent": 5, "refusal": false}',  # bool is not a score
+        '{"in_character": 4, "entertaining": 2, "fluent": 5, "refusal": "no"}',
+        "I would rate it a 4.",
+    ],
+)
+def test_likert_rejects_broken_verdicts(likert: LikertTemplate, text: str) -> None:
+    assert likert.parse(text) is None
+
+
+def test_unparsed_reply_is_stored_not_dropped(likert: LikertTemplate) -> None:
+    records = verdict_records(["garbage"], likert, panel="p", judge="j", target_idx=3)
+    assert len(records) == len(likert.criteria) + 1
+    assert all(not r.parsed and r.score is None and r.raw_text == "garbage" for r in records)
+    assert {r.template for r in records} == {"pingpong_likert"}
+
+
+def test_samples_are_averaged_and_unparsed_samples_left_out() -> None:
+    template = RatingTemplate(name="r", system="s", user="u", samples=3, temperature=1.0)
+    assert template.parse_samples(['{"score": 4}', '{"score": 9}', '{"score": 9']) == {"score": 6.5}
+    assert template.parse_samples(["", "no"]) is None
+    (record,) = verdict_records(['{"score": 2}', '{"score": 4}'], template, panel="p", judge="j", target_idx=0)
+    assert record.score == 3.0 and record.raw_text == '{"score": 2}\n{"score": 4}'
+
+
+def test_pairwise_verdicts_are_not_averaged() -> None:
+    with pytest.raises(ValueError, match="samples must be 1"):
+        PairwiseTemplate(name="p", system="s", user="u", samples=3)
+
+
+def test_rating_grammar_and_parser_cover_exactly_the_scale() -> None:
+    template = RatingTemplate(name="r", system="s", user="u", scale_min=1, scale_max=10)
+    assert '"10" | "9"' in template.grammar() and '"1"' in template.grammar() and '"0"' not in template.grammar()
+    assert template.parse('{"score": 10}') == {"score": 10.0}
+    assert template.parse('{"score": 1}') == {"score": 1.0}
+    for broken in ('{"score": 0}', '{"score": 11}', '{"score": "7"}', '{"score": 7', '{"rating": 7}'):
+        assert template.parse(broken) is None, broken
+
+
+def test_pairwise_parser_maps_a_b_tie_and_can_forbid_ties() -> None:
+    template = PairwiseTemplate(name="p", system="s", user="u")
+    assert template.parse('{"better": "A"}') == {"preference": 1.0}
+    assert template.parse('{"better": "B"}') == {"preference": -1.0}
+    assert template.parse('{"better": "tie"}') == {"preference": 0.0}
+    assert template.parse('{"better": "a"}') is None
+    strict = PairwiseTemplate(name="p", system="s", user="u", allow_tie=False)
+    assert strict.parse('{"better": "tie"}') is None
+    assert "tie" not in strict.grammar()
+
+
+def test_yesno_parser() -> None:
+    template = YesNoTemplate(name="y", system="s", user="u")
+    assert template.parse('{"answer": "yes"}') == {"yes": 1.0}
+    assert template.parse('{"answer": "no"}') == {"yes": 0.0}
+    assert template.parse('{"answer": "maybe"}') is None
+
+
+@pytest.mark.parametrize(
+    ("original", "swapped", "outcome"),
+    [
+        (1.0, 1.0, "first"),  # first wins as A and as B
+        (-1.0, -1.0, "second"),
+        (0.0, 0.0, "tie"),
+        (1.0, -1.0, "inconsistent"),  # the judge picked A both times
+        (1.0, 0.0, "inconsistent"),  # a win in one order only is not a win
+        (None, 1.0, "unparsed"),
+    ],
+)
+def test_a_win_needs_both_orders(original: float | None, swapped: float | None, outcome: str) -> None:
+    assert combine_orders(original, swapped) == outcome
+
+
+def test_position_bias_is_picking_the_same_slot_twice() -> None:
+    assert PairVerdict("j", 1.0, -1.0).position_biased  # A, then A again (first shown as B)
+    assert PairVerdict("j", -1.0, 1.0).position_biased  # B twice
+    assert not PairVerdict("j", 1.0, 1.0).position_biased
+    assert not PairVerdict("j", 0.0, 0.0).position_biased
+
+
+def test_template_with_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "odd.toml"
+    path.write_text('mode = "ranking"\nsystem = "s"\nuser = "u"\n')
+    with pytest.raises(ApplianceError, match=r"odd\.toml"):
+        load_judge_template(path)
