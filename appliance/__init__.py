@@ -4,6 +4,7 @@ Data flow: runner -> episodes -> scheduler -> backends -> store. The public
 API below is what scenario authors and scripts use; the CLI is built on it.
 """
 
+from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.scripted import ScriptedBackend
@@ -11,7 +12,18 @@ from appliance.engine.types import Completion, GenerationRequest, Message, Resol
 from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
-from appliance.report import Leaderboard, build_leaderboard
+from appliance.judging.templates import (
+    JudgeTemplate,
+    LikertTemplate,
+    PairwiseTemplate,
+    RatingTemplate,
+    YesNoTemplate,
+    load_judge_template,
+)
+from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
+from appliance.labels import LabelSet, read_labels
+from appliance.report import ConsistencyReport, Leaderboard, build_leaderboard, build_scenario_report
+from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner, RunSummary
 from appliance.scenarios import Instance, ScenarioFamily, family_names, load_family
 from appliance.scheduler import Scheduler
@@ -23,16 +35,24 @@ __all__ = [
     "ApplianceError",
     "Backend",
     "BackendCounters",
+    "CalibrationRequest",
     "Catalog",
     "Completion",
+    "ConsistencyReport",
     "EpisodeContext",
     "EpisodeFailed",
     "GenerationRequest",
     "Instance",
+    "JudgeTemplate",
+    "LabelSet",
     "Leaderboard",
+    "LikertTemplate",
     "Message",
     "ModelSpec",
+    "PairVerdict",
+    "PairwiseTemplate",
     "Panel",
+    "RatingTemplate",
     "ResolvedSampling",
     "RoleBinding",
     "RunConfig",
@@ -43,9 +63,17 @@ __all__ = [
     "Scheduler",
     "ScriptedBackend",
     "Store",
+    "YesNoTemplate",
+    "ask_judge",
     "build_leaderboard",
+    "build_scenario_report",
     "family_names",
+    "judge_pair",
     "load_catalog",
     "load_family",
+    "load_judge_template",
     "load_panels",
+    "read_labels",
+    "rescore_run",
+    "run_calibration",
 ]

@@ -44,7 +44,7 @@ class _StoredEpisode:
 
 
 def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_StoredEpisode]:
-    families = {name.split(":")[0]: load_family(name) for name in config.scenarios}
+    families = {family.name: family for family in (load_family(name) for name in config.scenarios)}
     instances = {(f.name, i.id): i for f in families.values() for i in f.instances()}
     rows = store.query(
         "SELECT episode_id, scenario, instance_id, player, seed FROM episodes "

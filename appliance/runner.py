@@ -95,7 +95,9 @@ def select_instances(instances: list[Instance], limit: int | None, seed: int) ->
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
     planned: list[PlannedEpisode] = []
     for family in families:
-        for instance in select_instances(family.instances(), config.limit, config.seed):
+        # a family may choose its own subset (SimulateBench keeps each character's base profile)
+        select = getattr(family, "select_instances", select_instances)
+        for instance in select(family.instances(), config.limit, config.seed):
             for player in config.players:
                 episode_id = f"{run_id}:{family.name}:{instance.id}:{player}"
                 planned.append(
@@ -108,7 +110,8 @@ def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str
     names = list(config.players)
     if any("interrogator" in family.support_roles for family in families):
         names.append(config.interrogator)
-    names.extend(config.panel.judges)
+    if any(family.judge_template for family in families):  # rule-scored families need no judge
+        names.extend(config.panel.judges)
     return list(dict.fromkeys(names))
 
 
@@ -291,7 +294,7 @@ class Runner:
             finished_at=datetime.now(UTC).replace(tzinfo=None),
             wall_s=time.perf_counter() - clock,
             error=error,
-            metadata={"language": planned.instance.language},
+            metadata={"language": planned.instance.language, **planned.instance.describe()},
             messages=ctx.messages,
             judgments=ctx.judgments,
             scores=scores,

@@ -11,9 +11,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from appliance.catalog import sha256_of
-from appliance.cli.options import DbOption, JsonOption, ModelsOption, console, error_console, load_models
+from appliance.cli.options import (
+    DbOption,
+    JsonOption,
+    ModelsOption,
+    PanelOption,
+    console,
+    error_console,
+    load_models,
+    load_panel,
+)
 from appliance.errors import ApplianceError
-from appliance.judging.panels import get_panel
 from appliance.paths import judges_dir
 from appliance.store import Store
 
@@ -103,7 +111,7 @@ def labels_list(db: DbOption = None, as_json: JsonOption = False) -> None:
 
 
 def calibrate(
-    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    panel: PanelOption = "default",
     labels: Annotated[str, typer.Option("--labels", help="label set (see 'appliance labels list')")] = "fed-turn",
     criterion: Annotated[str | None, typer.Option(help="human criterion (default Overall / preference)")] = None,
     template: Annotated[str | None, typer.Option(help="judge template in judges/ (default by label kind)")] = None,
@@ -122,7 +130,7 @@ def calibrate(
     from appliance.calibration.plot import write_plot
 
     catalog = load_models(models)
-    chosen = get_panel(judges_dir() / "panels.toml", panel)
+    chosen = load_panel(panel, catalog)
     request = CalibrationRequest(chosen, labels, criterion, template, limit, heldout, seed, parallel, resamples)
     with Store.open(db) as store, _progress("items", as_json) as progress:
         task = progress.add_task("rating", total=None)
@@ -173,10 +181,14 @@ def print_calibration(report: dict[str, Any]) -> None:
         table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
     console.print(table)
     unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
-    console.print(
-        f"Human scale {report['human_scale']}, judge scale {report['judge_scale']}; raw judges are rescaled "
-        f"linearly for MAE and alpha. 95% intervals: bootstrap over held-out items. Unparsed verdicts: {unparsed}."
+    method = (
+        "Each pair is judged in both orders: a win needs both, anything else counts as a tie; position bias = "
+        "the same slot picked in both orders."
+        if pairwise
+        else f"Human scale {report['human_scale']}, judge scale {report['judge_scale']}; raw judges are rescaled "
+        "linearly for MAE and alpha."
     )
+    console.print(f"{method} 95% intervals: bootstrap over held-out items. Unparsed verdicts: {unparsed}.")
     console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
 
 
@@ -190,22 +202,20 @@ def _metric_cell(metric: dict[str, Any] | None) -> str:
 
 def score(
     run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
-    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    panel: PanelOption = "default",
     parallel: Annotated[int, typer.Option(min=1, help="episodes judged at once")] = 8,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """(Re)score a stored run with a panel, without regenerating transcripts; other panels' scores stay."""
-    from appliance.cli.render import print_leaderboard
-    from appliance.report import build_leaderboard
+    from appliance.cli.render import print_report
+    from appliance.report import build_scenario_report
     from appliance.rescoring import rescore_run
     from appliance.runner import RunConfig
 
     catalog = load_models(models)
-    chosen = get_panel(judges_dir() / "panels.toml", panel)
-    for judge in chosen.judges:
-        catalog.get(judge)
+    chosen = load_panel(panel, catalog)
     with Store.open(db) as store, _progress("episodes", as_json) as progress:
         resolved = run_id or store.latest_run_id()
         if resolved is None:
@@ -220,10 +230,10 @@ def score(
             on_episode=lambda done, total: progress.update(task, completed=done, total=total),
         )
         scenarios = RunConfig(**store.run(resolved)["config"]).scenarios
-        boards = [build_leaderboard(store, resolved, scenario=name, panel=chosen.name) for name in scenarios]
+        boards = [build_scenario_report(store, resolved, name, chosen.name) for name in scenarios]
     if as_json:
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
         return
     for board in boards:
-        print_leaderboard(console, board)
+        print_report(console, board)
     console.print(f"Scored {summary.episodes} episodes of run {summary.run_id} with panel '{summary.panel}'.")

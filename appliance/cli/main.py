@@ -26,16 +26,18 @@ from appliance.cli.options import (  # noqa: E402
     DbOption,
     JsonOption,
     ModelsOption,
+    PanelOption,
     console,
     error_console,
     load_models,
+    load_panel,
     split_values,
 )
-from appliance.cli.render import print_leaderboard  # noqa: E402
+from appliance.cli.render import print_report  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root  # noqa: E402
-from appliance.report import build_leaderboard  # noqa: E402
+from appliance.report import build_scenario_report  # noqa: E402
 from appliance.runner import RunConfig, Runner, select_instances  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
@@ -61,7 +63,7 @@ def run(
     ] = None,
     players: Annotated[list[str] | None, typer.Option("--players", help="models under test (comma-separated)")] = None,
     interrogator: Annotated[str | None, typer.Option(help="model playing the user")] = None,
-    panel: Annotated[str, typer.Option(help="judge panel from judges/panels.toml")] = "default",
+    panel: PanelOption = "default",
     seed: Annotated[int, typer.Option(help="run seed: instance sample and every request's seed")] = 0,
     limit: Annotated[int, typer.Option(min=1, help="instances per scenario")] = DEFAULT_SUITE_LIMIT,
     all_instances: Annotated[bool, typer.Option("--all", help="every instance (overrides --limit)")] = False,
@@ -115,12 +117,12 @@ def run(
 
             summary = runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
         run_id = summary.run_id
-        boards = [build_leaderboard(store, run_id, scenario=name) for name in config.scenarios]
+        boards = [build_scenario_report(store, run_id, name) for name in config.scenarios]
     if as_json:
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
         return
     for board in boards:
-        print_leaderboard(console, board)
+        print_report(console, board)
     cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
     console.print(
         f"Run {run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
@@ -143,18 +145,18 @@ def report(
         if resolved is None:
             raise ApplianceError(f"{store.path}: no runs stored yet")
         scenarios = store.run(resolved)["config"]["scenarios"]
-        boards = [build_leaderboard(store, resolved, scenario=name, panel=panel) for name in scenarios]
+        boards = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
     if as_json:
         print(json.dumps([board.model_dump() for board in boards], default=str))
         return
     for board in boards:
-        print_leaderboard(console, board)
+        print_report(console, board)
 
 
 @app.command()
 def bench(
     quick: Annotated[bool, typer.Option("--quick", help="smaller workloads (a few minutes)")] = False,
-    panel: Annotated[str, typer.Option(help="judge panel for the end-to-end workload")] = "default",
+    panel: PanelOption = "default",
     out: Annotated[Path, typer.Option(help="folder for the JSON and markdown results")] = Path("bench_results"),
     db: DbOption = None,
     models: ModelsOption = None,
@@ -164,7 +166,7 @@ def bench(
     from appliance.bench.suite import run_bench, write_outputs
 
     catalog = load_models(models)
-    chosen = get_panel(judges_dir() / "panels.toml", panel)
+    chosen = load_panel(panel, catalog)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
         report = run_bench(catalog, chosen, quick=quick, say=(lambda text: None) if as_json else console.print)
         store.write_bench(
@@ -275,7 +277,9 @@ def scenarios_list(as_json: JsonOption = False) -> None:
             {
                 "name": name,
                 "instances": len(instances),
-                "default_run": len(select_instances(instances, DEFAULT_SUITE_LIMIT, 0)),
+                "default_run": len(
+                    getattr(family, "select_instances", select_instances)(instances, DEFAULT_SUITE_LIMIT, 0)
+                ),
                 "languages": languages,
                 "description": family.description,
             }
@@ -310,6 +314,22 @@ def import_pingpong_settings(
     cards, situations = import_settings(path, out)
     console.print(f"imported {cards} characters and {situations} situations into {out}")
     console.print(f"run them with: appliance run --scenario pingpong:{out}")
+
+
+@import_app.command("simulatebench")
+def import_simulatebench_profiles(
+    path: Annotated[Path, typer.Argument(help="SimulateBench's db folder (profile/ and benchmark_only_QA/)")],
+    out: Annotated[Path, typer.Option(help="folder for the converted profiles")] = Path("imported/simulatebench"),
+) -> None:
+    """Convert SimulateBench's profiles, questions and perturbation variants; run with --scenario simulatebench:OUT."""
+    from appliance.scenarios.simulatebench.importer import import_simulatebench
+
+    profiles, questions, skipped = import_simulatebench(path, out)
+    console.print(
+        f"imported {profiles} profiles with {questions} single-choice questions into {out} "
+        f"({skipped} questions skipped: open questions or a gold answer that is not an option)"
+    )
+    console.print(f"run them with: appliance run --scenario simulatebench:{out} --limit 3")
 
 
 def main() -> None:

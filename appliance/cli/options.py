@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from appliance.catalog import Catalog, load_catalog
-from appliance.paths import default_models_file
+from appliance.judging.panels import Panel, get_panel
+from appliance.paths import default_models_file, judges_dir
 
 # Piped output (CI logs, tests) gets a wide console so tables are not truncated.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -30,3 +31,14 @@ def load_models(models: Path | None) -> Catalog:
 def split_values(values: list[str] | None) -> list[str]:
     """Repeatable options that also accept comma-separated lists."""
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+PanelOption = Annotated[str, typer.Option(help="judge panel from judges/panels.toml")]
+
+
+def load_panel(name: str, catalog: Catalog) -> Panel:
+    """A panel whose judges are all in the catalog (checked before any work starts)."""
+    panel = get_panel(judges_dir() / "panels.toml", name)
+    for judge in panel.judges:
+        catalog.get(judge)
+    return panel

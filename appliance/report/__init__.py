@@ -1,5 +1,16 @@
-"""Reports computed from the store: leaderboards with bootstrap intervals."""
+"""Reports computed from the store: leaderboards and consistency reports with bootstrap intervals."""
 
+from appliance.report.consistency import ConsistencyReport, ConsistencyRow, build_consistency_report
 from appliance.report.leaderboard import Leaderboard, LeaderboardRow, build_leaderboard
+from appliance.report.scenario import ScenarioReport, build_scenario_report
 
-__all__ = ["Leaderboard", "LeaderboardRow", "build_leaderboard"]
+__all__ = [
+    "ConsistencyReport",
+    "ConsistencyRow",
+    "Leaderboard",
+    "LeaderboardRow",
+    "ScenarioReport",
+    "build_consistency_report",
+    "build_leaderboard",
+    "build_scenario_report",
+]

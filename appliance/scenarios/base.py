@@ -18,8 +18,15 @@ class Instance(BaseModel):
     id: str
     language: str = "en"
 
+    def describe(self) -> dict[str, str]:
+        """Facts stored with the episode for reports to group by (e.g. a profile's character and variant)."""
+        return {}
+
 
 class ScenarioFamily(Protocol):
+    """A family may also define `select_instances(instances, limit, seed)` to choose its own
+    subset for `--limit` (the runner's default is a seeded sample of `limit` instances)."""
+
     name: str
     description: str
     #: roles other than "player" and "judge" that need a model (e.g. "interrogator")

@@ -25,7 +25,7 @@ from appliance.judging.templates import REFUSAL, LikertTemplate, load_likert_tem
 from appliance.judging.verdicts import ask_judge
 from appliance.scenarios.base import Instance
 from appliance.store.records import JudgmentRecord, ScoreRecord
-from appliance.tomlfile import read_toml
+from appliance.tomlfile import read_toml, to_toml
 
 # The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95.
 PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=96)
@@ -287,29 +287,12 @@ def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
             except (KeyError, TypeError, ValueError, ValidationError) as error:
                 raise ApplianceError(f"{where}: missing or invalid {error}") from None
     out_folder.mkdir(parents=True, exist_ok=True)
-    (out_folder / "cards.toml").write_text(_to_toml("card", [c.model_dump() for c in cards]), encoding="utf-8")
+    (out_folder / "cards.toml").write_text(to_toml({"card": [c.model_dump() for c in cards]}), encoding="utf-8")
     (out_folder / "situations.toml").write_text(
-        _to_toml("situation", [s.model_dump() for s in situations]), encoding="utf-8"
+        to_toml({"situation": [s.model_dump() for s in situations]}), encoding="utf-8"
     )
     return len(cards), len(situations)
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "character"
-
-
-def _to_toml(table: str, rows: list[dict[str, object]]) -> str:
-    """A tiny TOML writer for flat tables of strings, ints and string lists."""
-    lines: list[str] = []
-    for row in rows:
-        lines.append(f"[[{table}]]")
-        for key, value in row.items():
-            if isinstance(value, (list, tuple)):
-                items = ", ".join(json.dumps(str(item), ensure_ascii=False) for item in value)
-                lines.append(f"{key} = [{items}]")
-            elif isinstance(value, int):
-                lines.append(f"{key} = {value}")
-            else:
-                lines.append(f"{key} = {json.dumps(str(value), ensure_ascii=False)}")
-        lines.append("")
-    return "\n".join(lines)

@@ -10,7 +10,7 @@ from appliance.scenarios.base import ScenarioFamily
 
 
 def family_names() -> list[str]:
-    return ["pingpong"]
+    return ["pingpong", "simulatebench"]
 
 
 def load_family(spec: str, scenarios_root: Path | None = None, judges_root: Path | None = None) -> ScenarioFamily:
@@ -27,4 +27,13 @@ def load_family(spec: str, scenarios_root: Path | None = None, judges_root: Path
         family = PingPongFamily.load(data, judges, prompts_folder=root / "pingpong")
         family.name = spec
         return family
+    if name == "simulatebench":
+        from appliance.scenarios.simulatebench.family import SimulateBenchFamily
+
+        data = Path(folder) if folder else root / "simulatebench"
+        if not data.is_dir():
+            raise ApplianceError(f"scenario '{spec}': data folder {data} not found")
+        simulate = SimulateBenchFamily.load(data, prompts_folder=root / "simulatebench")
+        simulate.name = spec
+        return simulate
     raise ApplianceError(f"unknown scenario '{name}' (known: {', '.join(family_names())})")

@@ -1,0 +1,15 @@
+"""One report per scenario family of a run: the family decides which kind."""
+
+from __future__ import annotations
+
+from appliance.report.consistency import ConsistencyReport, build_consistency_report
+from appliance.report.leaderboard import Leaderboard, build_leaderboard
+from appliance.store import Store
+
+ScenarioReport = Leaderboard | ConsistencyReport
+
+
+def build_scenario_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ScenarioReport:
+    if scenario.partition(":")[0] == "simulatebench":
+        return build_consistency_report(store, run_id, scenario)
+    return build_leaderboard(store, run_id, scenario=scenario, panel=panel)

@@ -1,0 +1,180 @@
+"""The SimulateBench family: consistency on a profile, robustness across its perturbed variants.
+
+An instance is one profile (a base character or a variant of it). The player
+gets the whole profile as its system prompt and answers every question in a
+separate request; the requests go out together, so the engine prefills the
+profile once and forks it for each question. Answers are scored by rule
+(`answers.parse_choice`), not by a judge. A profile that does not fit the
+player's context fails the episode with the engine's overflow message: it is
+reported as not fitting, never truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from appliance.engine.types import Completion, Message, Sampling
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.templates import render
+from appliance.scenarios.base import Instance
+from appliance.scenarios.simulatebench.answers import option_letters, parse_choice
+from appliance.scenarios.simulatebench.metrics import consistency_accuracy
+from appliance.scenarios.simulatebench.perturb import variants
+from appliance.scenarios.simulatebench.profile import PARTS, PROMPTS_FILE, Profile, Question, load_profiles
+from appliance.store.records import JudgmentRecord, ScoreRecord
+from appliance.tomlfile import read_toml
+
+PLAYER_SAMPLING = Sampling(temperature=0.0, max_tokens=32)
+RULES_PANEL = "rules"
+
+
+class Prompts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    player_system: str
+    question: str
+
+
+class ProfileInstance(Instance):
+    profile: Profile
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "character": self.profile.family_id,
+            "variant": self.profile.variant,
+            "field": self.profile.variant.split("=")[0] if "=" in self.profile.variant else self.profile.variant,
+        }
+
+
+class SimulateBenchFamily:
+    name = "simulatebench"
+    description = "character consistency on long profiles; robustness to profile perturbations (CA, RCoV)"
+    support_roles: tuple[str, ...] = ()
+    judge_template = ""  # scored by rule, nothing to calibrate
+    calibrated_metric = ""
+
+    def __init__(self, folder: Path, profiles: list[Profile], prompts: Prompts, prompts_path: Path, seed: int = 0):
+        self.folder = folder
+        self.profiles = profiles
+        self.prompts = prompts
+        self.prompts_path = prompts_path
+        self.seed = seed
+
+    @classmethod
+    def load(cls, folder: Path, prompts_folder: Path) -> SimulateBenchFamily:
+        prompts_path = folder / PROMPTS_FILE
+        if not prompts_path.is_file():
+            prompts_path = prompts_folder / PROMPTS_FILE
+        try:
+            prompts = Prompts(**read_toml(prompts_path, "prompts file"))
+        except ValidationError as error:
+            raise ApplianceError(describe_validation_error(prompts_path, error)) from None
+        return cls(folder, load_profiles(folder), prompts, prompts_path)
+
+    def instances(self) -> list[Instance]:
+        """Every profile; a base profile without published variants gets one generated variant per field."""
+        has_variants = {p.base for p in self.profiles if p.base}
+        chosen: list[Profile] = []
+        for profile in self.profiles:
+            chosen.append(profile)
+            if profile.base is None and profile.id not in has_variants:
+                chosen.extend(variants(profile, per_field=1, seed=self.seed))
+        return [ProfileInstance(id=p.id, language=p.language, profile=p) for p in chosen]
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """`--limit N`: per character, the base profile and N-1 seeded variants (robustness needs both)."""
+        if limit is None:
+            return instances
+        by_character: dict[str, list[ProfileInstance]] = defaultdict(list)
+        for instance in instances:
+            assert isinstance(instance, ProfileInstance)
+            by_character[instance.profile.family_id].append(instance)
+        picked: list[Instance] = []
+        for character in sorted(by_character):
+            group = by_character[character]
+            bases = [i for i in group if i.profile.base is None]
+            others = [i for i in group if i.profile.base is not None]
+            random.Random(f"{seed}/{character}").shuffle(others)
+            picked.extend([*bases, *others][:limit])
+        return picked
+
+    def data_files(self) -> list[Path]:
+        return [*sorted(p for p in self.folder.glob("*.toml") if p.name != PROMPTS_FILE), self.prompts_path]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, ProfileInstance)
+        profile = instance.profile
+        source = str(self.prompts_path)
+        system = Message(
+            role="system",
+            content=render(self.prompts.player_system, {"name": profile.name, "profile": profile.text()}, source),
+        )
+        questions = [self._question_text(q, source) for q in profile.questions]
+        answers = await asyncio.gather(
+            *(
+                ctx.generate(
+                    "player",
+                    [system, Message(role="user", content=text)],
+                    sampling=PLAYER_SAMPLING,
+                    conversation=q.id,
+                    record=False,
+                )
+                for q, text in zip(profile.questions, questions, strict=True)
+            )
+        )
+        player = ctx.model_for("player")
+        results: list[tuple[Question, bool, bool]] = []
+        for question, text, answer in zip(profile.questions, questions, answers, strict=True):
+            ctx.record_message(
+                "questioner",
+                "-",
+                Completion(text=text, finish_reason="stop", prompt_tokens=0, completion_tokens=0, latency_s=0.0),
+            )
+            ctx.record_message("player", player, answer)
+            chosen = parse_choice(answer.text, question.options)
+            correct = chosen is not None and question.options[chosen] == question.answer
+            results.append((question, correct, chosen is not None))
+            ctx.judgments.append(
+                JudgmentRecord(
+                    panel=RULES_PANEL,
+                    judge="answer-parser",
+                    mode="choice",
+                    template="simulatebench",
+                    target_idx=ctx.messages[-1].idx,
+                    criterion=f"{question.part}/{'answerable' if question.answerable else 'not_enough_information'}",
+                    score=1.0 if correct else 0.0,
+                    raw_text=question.options[chosen] if chosen is not None else answer.text,
+                    parsed=chosen is not None,
+                )
+            )
+        ctx.scores.extend(profile_scores(results, player))
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Answers are scored by rule when they are given; there is nothing for a judge panel to do."""
+
+    def _question_text(self, question: Question, source: str) -> str:
+        letters = option_letters(len(question.options))
+        options = "\n".join(f"{letter}) {option}" for letter, option in zip(letters, question.options, strict=True))
+        return render(self.prompts.question, {"question": question.question, "options": options}, source)
+
+
+def profile_scores(results: list[tuple[Question, bool, bool]], player: str) -> list[ScoreRecord]:
+    """CA overall and per part, plain accuracies by question kind, and the unparsed count."""
+    values: dict[str, float | None] = {
+        "ca": consistency_accuracy([(q.answerable, correct) for q, correct, _ in results]),
+    }
+    for part in PARTS:
+        values[f"ca_{part}"] = consistency_accuracy([(q.answerable, c) for q, c, _ in results if q.part == part])
+    answerable = [c for q, c, _ in results if q.answerable]
+    unanswerable = [c for q, c, _ in results if not q.answerable]
+    values["accuracy_answerable"] = sum(answerable) / len(answerable) if answerable else None
+    values["accuracy_not_enough_information"] = sum(unanswerable) / len(unanswerable) if unanswerable else None
+    values["unparsed_answers"] = float(sum(1 for _, _, parsed in results if not parsed))
+    values["questions"] = float(len(results))
+    return [ScoreRecord(panel=RULES_PANEL, player=player, metric=m, value=v) for m, v in values.items()]

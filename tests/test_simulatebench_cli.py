@@ -1,0 +1,71 @@
+"""SimulateBench through the real CLI on the embedded SmolLM2, and the not-fitting path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_cli import REPO, cli
+
+
+@pytest.mark.real_model
+def test_simulatebench_run_reports_ca_and_rcov(tmp_path: Path) -> None:
+    db = str(tmp_path / "sb.duckdb")
+    folder = tmp_path / "one-character"
+    folder.mkdir()
+    shutil.copy(REPO / "scenarios" / "simulatebench" / "ines-marlow.toml", folder)
+    scenario = f"simulatebench:{folder}"
+    result = cli("run", "--scenario", scenario, "--players", "smollm2-135m", "--limit", "2", "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = json.loads(result.stdout)["leaderboards"]
+    (row,) = report["rows"]
+    assert row["model"] == "smollm2-135m" and row["profiles"] == 2 and row["not_fitting"] == 0
+    assert 0.0 <= row["ca"] <= 1.0 and row["ca_ci"][0] <= row["ca"] <= row["ca_ci"][1]
+    assert set(row["ca_by_part"]) == {"immutable", "social_role", "relationship"}
+    assert row["rcov"] is not None and row["rcov"] >= 0.0
+    assert len({v["field"] for v in row["variants"]}) == 2 and {v["character"] for v in row["variants"]} == {
+        "ines-marlow"
+    }
+    with duckdb.connect(db, read_only=True) as con:
+        loaded = [name for (name,) in con.execute("SELECT name FROM models").fetchall()]
+        assert loaded == ["smollm2-135m"], "a rule-scored family loads no judge"
+        questions, answers = con.execute(
+            "SELECT count(*) FILTER (speaker = 'questioner'), count(*) FILTER (speaker = 'player') FROM messages"
+        ).fetchone()  # type: ignore[misc]
+        verdicts = con.execute("SELECT count(*) FROM judgments WHERE mode = 'choice'").fetchone()[0]  # type: ignore[index]
+        cached = con.execute("SELECT sum(cached_prompt_tokens) FROM messages").fetchone()[0]  # type: ignore[index]
+    assert questions == answers == verdicts > 0
+    assert cached > 0, "the profile is prefilled once per episode and forked for every question"
+    text = cli("report", "--db", db)
+    assert text.returncode == 0 and "RCoV" in text.stdout and "not fitting" in text.stdout
+
+
+@pytest.mark.real_model
+def test_a_profile_longer_than_the_context_is_reported_not_truncated(tmp_path: Path) -> None:
+    models = (REPO / "models.toml").read_text().replace("context_length = 2048", "context_length = 512", 1)
+    models_file = tmp_path / "models.toml"
+    models_file.write_text(models)
+    db = str(tmp_path / "small.duckdb")
+    result = cli(
+        "run",
+        "--scenario",
+        "simulatebench",
+        "--players",
+        "smollm2-135m",
+        "--limit",
+        "1",
+        "--models",
+        str(models_file),
+        "--db",
+        db,
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(result.stdout)["leaderboards"][0]["rows"]
+    assert (row["profiles"], row["not_fitting"], row["ca"]) == (6, 6, None)
+    with duckdb.connect(db, read_only=True) as con:
+        errors = [r[0] for r in con.execute("SELECT error FROM episodes").fetchall()]
+    assert all("does not fit the context of 512 tokens" in error for error in errors)

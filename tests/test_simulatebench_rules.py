@@ -1,0 +1,204 @@
+"""SimulateBench rules: answer parsing, CA weighting, perturbations, the importer, a scripted run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from appliance.catalog import load_catalog
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.report import build_consistency_report
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios import load_family
+from appliance.scenarios.simulatebench.answers import parse_choice
+from appliance.scenarios.simulatebench.importer import import_simulatebench, parse_question, variant_label
+from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
+from appliance.scenarios.simulatebench.perturb import CANDIDATES, all_text, perturb, variants
+from appliance.scenarios.simulatebench.profile import NOT_ENOUGH_INFORMATION, Profile, load_profiles
+from appliance.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = REPO / "scenarios" / "simulatebench"
+PEER = REPO.parent / "shared" / "datasets" / "peers" / "simulatebench"
+OPTIONS = ["1975", "1978", "the University of Leeds", NOT_ENOUGH_INFORMATION]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("B", 1),
+        ("B) 1978", 1),
+        ("(C) the University of Leeds", 2),
+        ("My answer is D.", 3),
+        ("Answer: b", 1),
+        ("I was born in 1978, of course.", 1),
+        ("the university of leeds!", 2),
+        ("I'm afraid I don't know that.", 3),
+        ("That is not mentioned in my life story.", 3),
+        ("I'm sorry, but as an AI I cannot role-play this.", None),  # a refusal chooses nothing
+        ("Either 1975 or 1978.", None),  # two options named: no choice
+        ("", None),
+        ("A dog barked outside.", None),  # the word "A" is not option A
+    ],
+)
+def test_answer_parsing(reply: str, expected: int | None) -> None:
+    assert parse_choice(reply, OPTIONS) == expected
+
+
+def test_option_text_containing_another_prefers_the_longer_one() -> None:
+    options = ["the fourth grade", "the fourth grade and the fifth grade", NOT_ENOUGH_INFORMATION]
+    assert parse_choice("I teach the fourth grade and the fifth grade.", options) == 1
+    assert parse_choice("I teach the fourth grade.", options) == 0
+
+
+def test_ca_weights_answerable_and_unanswerable_equally() -> None:
+    # 8 answerable questions all right, 2 "not enough information" questions both wrong
+    results = [(True, True)] * 8 + [(False, False)] * 2
+    assert consistency_accuracy(results) == pytest.approx(0.5)
+    # plain accuracy would reward always claiming ignorance on an ignorance-heavy set; CA does not
+    always_ignorant = [(True, False)] * 2 + [(False, True)] * 8
+    assert consistency_accuracy(always_ignorant) == pytest.approx(0.5)
+    assert consistency_accuracy([(True, True), (True, False)]) == pytest.approx(0.5)
+    assert consistency_accuracy([]) is None
+
+
+def test_rcov() -> None:
+    assert rcov([0.5, 0.5, 0.5]) == 0.0
+    assert rcov([0.4, 0.6]) == pytest.approx(0.1 / 0.5)
+    assert rcov([0.7]) is None
+
+
+@pytest.fixture(scope="module")
+def profiles() -> list[Profile]:
+    return load_profiles(PROFILES)
+
+
+def test_six_profiles_cover_every_part_and_both_kinds_of_question(profiles: list[Profile]) -> None:
+    assert len(profiles) >= 6
+    for profile in profiles:
+        parts = {q.part for q in profile.questions}
+        assert parts == {"immutable", "social_role", "relationship"}, profile.id
+        assert any(not q.answerable for q in profile.questions) and any(q.answerable for q in profile.questions)
+        assert set(profile.fields) == {"surname", "birth_year", "education", "ethnicity"}, profile.id
+
+
+@pytest.mark.parametrize("field", sorted(CANDIDATES))
+def test_perturbation_changes_every_mention_and_nothing_else(profiles: list[Profile], field: str) -> None:
+    for profile in profiles:
+        old = profile.fields[field]
+        new = next(v for v in CANDIDATES[field] if v not in all_text(profile))
+        variant = perturb(profile, field, new)
+        pattern = re.compile(rf"(?<![\w]){re.escape(old)}(?![\w])")
+        assert not pattern.search(all_text(variant)), (profile.id, field)
+        mentions = len(pattern.findall(all_text(profile)))
+        assert mentions >= 1 and all_text(variant).count(new) == mentions, (profile.id, field)
+        assert all_text(variant).replace(new, old) == all_text(profile)  # nothing else moved
+        answers = {q.id: q.answer for q in variant.questions}
+        assert all(q.answer in q.options for q in variant.questions) and len(answers) == len(profile.questions)
+        assert variant.base == profile.id and variant.fields[field] == new
+
+
+def test_generated_variants_avoid_values_already_in_the_profile(profiles: list[Profile]) -> None:
+    for profile in profiles:
+        made = variants(profile, per_field=2, seed=0)
+        assert len(made) == 8
+        for variant in made:
+            _, _, value = variant.variant.partition("=")
+            assert value not in all_text(profile)
+
+
+def test_unknown_field_and_unmentioned_value_are_clear_errors(profiles: list[Profile]) -> None:
+    with pytest.raises(ApplianceError, match=r"fields\.height"):
+        perturb(profiles[0], "height", "2 m")
+    broken = profiles[0].model_copy(update={"fields": {"surname": "Nobody"}})
+    with pytest.raises(ApplianceError, match="not mentioned"):
+        perturb(broken, "surname", "Somebody")
+
+
+def test_published_question_format() -> None:
+    raw = {
+        "question": "Your gender?[this is a single-choice question,you should only choose from: Male;Female;"
+        "There's not enough information to answer this question]",
+        "gold_answer": "There's not enough information to answer this question.",
+    }
+    question, options, answer = parse_question(raw, "q") or ("", [], "")
+    assert question == "Your gender?" and options[:2] == ["Male", "Female"]
+    assert answer == options[2]  # the trailing period differs in the published data
+    assert parse_question({"question": "what is your name?", "gold_answer": "Homer"}, "q") is None
+    assert variant_label("1985") == "birth_year=1985" and variant_label("surname_Garcia") == "surname=Garcia"
+    assert variant_label("Middle_Eastern") == "ethnicity=Middle_Eastern"
+
+
+def test_importer_reads_the_published_profiles_and_variants(tmp_path: Path) -> None:
+    if not PEER.is_dir():
+        pytest.skip(f"{PEER} is absent (../shared/datasets is not next to this clone)")
+    profiles, questions, skipped = import_simulatebench(PEER, tmp_path)
+    assert profiles >= 50 and questions > 7000 and skipped > 0
+    imported = {p.id: p for p in load_profiles(tmp_path)}
+    homer = imported["homer"]
+    assert homer.base is None and "742 Evergreen Terrace" in homer.text()
+    assert {q.part for q in homer.questions} == {"immutable", "social_role", "relationship"}
+    assert imported["homer_1985"].base == "homer" and imported["homer_1985"].variant == "birth_year=1985"
+    assert "1985" in imported["homer_1985"].text() and "1956" not in imported["homer_1985"].text()
+    assert sum(1 for p in imported.values() if p.base == "homer") == 48
+
+
+def test_importer_rejects_a_folder_of_something_else(tmp_path: Path) -> None:
+    with pytest.raises(ApplianceError, match="profile/ not found"):
+        import_simulatebench(tmp_path, tmp_path / "out")
+
+
+def answer_key() -> dict[tuple[str, ...], str]:
+    """(question, options...) -> right option, over every profile the family plays."""
+    key: dict[tuple[str, ...], str] = {}
+    for instance in load_family("simulatebench").instances():
+        for q in instance.profile.questions:  # type: ignore[attr-defined]
+            key[(q.question, *q.options)] = q.answer
+    return key
+
+
+def scripted_player(key: dict[tuple[str, ...], str]):  # type: ignore[no-untyped-def]
+    """Right on every answerable question; refuses (unparsable) where the answer is 'not enough information'."""
+
+    def respond(request: GenerationRequest) -> str:
+        text = request.messages[1].content
+        options = re.findall(r"^([A-J])\) (.+)$", text, re.MULTILINE)
+        answer = key[(text.splitlines()[0], *(option for _, option in options))]
+        if "not enough information" in answer:
+            return "I'm sorry, I cannot answer that as an AI."
+        return next(f"{letter}) {option}" for letter, option in options if option == answer)
+
+    return respond
+
+
+def test_scripted_run_scores_ca_and_rcov(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    family = load_family("simulatebench")
+    config = RunConfig(
+        scenarios=["simulatebench"],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="none", judges=["smollm2-135m"]),
+        limit=2,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        runner = Runner(
+            catalog, store, lambda c, spec, parallel: ScriptedBackend(spec.name, scripted_player(answer_key()))
+        )
+        summary = runner.execute(config, [family])
+        report = build_consistency_report(store, summary.run_id, "simulatebench")
+        stored = json.loads(store.query("SELECT metadata FROM episodes LIMIT 1")[0][0])
+    assert summary.episodes_finished == 12  # 6 characters x (base + 1 variant)
+    (row,) = report.rows
+    # the scripted player gets every answerable question right and every unanswerable one wrong (it refuses)
+    assert row.ca == pytest.approx(0.5)
+    assert row.unparsed_answers > 0 and row.not_fitting == 0
+    assert row.rcov == pytest.approx(0.0)
+    assert {"character", "variant", "field"} <= set(stored)
