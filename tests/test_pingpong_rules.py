@@ -171,3 +171,44 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
     assert store.query("SELECT count(*) FROM messages")[0][0] == complete
     assert store.query("SELECT status FROM runs")[0][0] == "finished"
     store.close()
+
+
+def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from appliance.store.labels import write_calibration
+    from appliance.store.records import CalibrationRecord
+
+    shift_down = {"xs": [1.0, 5.0], "ys": [0.0, 4.0]}  # judge summary s -> s - 1
+    with Store.open(tmp_path / "db.duckdb") as store:
+        write_calibration(
+            store,
+            CalibrationRecord(
+                calibration_id="cal-test",
+                created_at=datetime(2026, 1, 1),
+                panel="default",
+                judges=["gemma3-270m", "smollm2-135m"],
+                label_set="fed-turn",
+                criterion="Overall",
+                template="pingpong_likert",
+                seed=0,
+                fit_items=[],
+                heldout_items=[],
+                model={
+                    "kind": "rating",
+                    "maps": {"smollm2-135m": shift_down, "gemma3-270m": shift_down},
+                    "weights": {"smollm2-135m": 0.5, "gemma3-270m": 0.5},
+                    "human_scale": [0.0, 4.0],
+                },
+                metrics={},
+            ),
+        )
+    store, _, run_id = _run(tmp_path)
+    rows = store.query(
+        "SELECT value, calibrated_value, calibration_id FROM scores WHERE run_id = ? AND metric = 'final'", [run_id]
+    )
+    config = json.loads(store.query("SELECT config FROM runs WHERE run_id = ?", [run_id])[0][0])
+    store.close()
+    assert len(rows) == 6 and config["calibrations"] == {"pingpong": "cal-test"}
+    for value, calibrated, calibration_id in rows:
+        assert calibration_id == "cal-test" and abs(calibrated - (value - 1.0)) < 1e-9
