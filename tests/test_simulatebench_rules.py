@@ -154,22 +154,22 @@ def test_importer_rejects_a_folder_of_something_else(tmp_path: Path) -> None:
         import_simulatebench(tmp_path, tmp_path / "out")
 
 
-def answer_key() -> dict[tuple[str, ...], str]:
-    """(question, options...) -> right option, over every profile the family plays."""
-    key: dict[tuple[str, ...], str] = {}
+def answer_key() -> dict[tuple[str, frozenset[str]], str]:
+    """(question, options) -> right option, over every profile the family plays."""
+    key: dict[tuple[str, frozenset[str]], str] = {}
     for instance in load_family("simulatebench").instances():
         for q in instance.profile.questions:  # type: ignore[attr-defined]
-            key[(q.question, *q.options)] = q.answer
+            key[(q.question, frozenset(q.options))] = q.answer
     return key
 
 
-def scripted_player(key: dict[tuple[str, ...], str]):  # type: ignore[no-untyped-def]
+def scripted_player(key: dict[tuple[str, frozenset[str]], str]):  # type: ignore[no-untyped-def]
     """Right on every answerable question; refuses (unparsable) where the answer is 'not enough information'."""
 
     def respond(request: GenerationRequest) -> str:
         text = request.messages[1].content
         options = re.findall(r"^([A-J])\) (.+)$", text, re.MULTILINE)
-        answer = key[(text.splitlines()[0], *(option for _, option in options))]
+        answer = key[(text.splitlines()[0], frozenset(option for _, option in options))]
         if "not enough information" in answer:
             return "I'm sorry, I cannot answer that as an AI."
         return next(f"{letter}) {option}" for letter, option in options if option == answer)
@@ -202,3 +202,17 @@ def test_scripted_run_scores_ca_and_rcov(tmp_path: Path) -> None:
     assert row.unparsed_answers > 0 and row.not_fitting == 0
     assert row.rcov == pytest.approx(0.0)
     assert {"character", "variant", "field"} <= set(stored)
+
+
+def test_option_order_is_shuffled_once_per_character(profiles: list[Profile]) -> None:
+    from appliance.scenarios.simulatebench.family import shuffled_options
+
+    positions = []
+    for profile in profiles:
+        variant = perturb(profile, "surname", next(v for v in CANDIDATES["surname"] if v not in all_text(profile)))
+        for base_q, variant_q in zip(profile.questions, variant.questions, strict=True):
+            base_order = shuffled_options(base_q, profile.family_id, 0)
+            variant_order = shuffled_options(variant_q, variant.family_id, 0)
+            assert base_order.index(base_q.answer) == variant_order.index(variant_q.answer)
+            positions.append(base_order.index(base_q.answer))
+    assert len(set(positions)) == 4  # the right answer is not always in the same place

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -55,7 +56,8 @@ def labels_import(
     from appliance.store.labels import write_label_set
 
     sets = read_labels(path, format_name, name=name, kind=kind)  # fully read and checked before the store opens
-    digest = sha256_of(path, use_cache=False) if path.is_file() else "folder"
+    files = [path] if path.is_file() else sorted(path.glob("*.json"))
+    digest = hashlib.sha256("".join(sha256_of(file, use_cache=False) for file in files).encode()).hexdigest()
     with Store.open(db) as store:
         for label_set in sets:
             write_label_set(store, label_set, digest)

@@ -115,7 +115,10 @@ class SimulateBenchFamily:
             role="system",
             content=render(self.prompts.player_system, {"name": profile.name, "profile": profile.text()}, source),
         )
-        questions = [self._question_text(q, source) for q in profile.questions]
+        shown = [shuffled_options(q, profile.family_id, self.seed) for q in profile.questions]
+        questions = [
+            self._question_text(q, options, source) for q, options in zip(profile.questions, shown, strict=True)
+        ]
         answers = await asyncio.gather(
             *(
                 ctx.generate(
@@ -130,15 +133,15 @@ class SimulateBenchFamily:
         )
         player = ctx.model_for("player")
         results: list[tuple[Question, bool, bool]] = []
-        for question, text, answer in zip(profile.questions, questions, answers, strict=True):
+        for question, options, text, answer in zip(profile.questions, shown, questions, answers, strict=True):
             ctx.record_message(
                 "questioner",
                 "-",
                 Completion(text=text, finish_reason="stop", prompt_tokens=0, completion_tokens=0, latency_s=0.0),
             )
             ctx.record_message("player", player, answer)
-            chosen = parse_choice(answer.text, question.options)
-            correct = chosen is not None and question.options[chosen] == question.answer
+            chosen = parse_choice(answer.text, options)
+            correct = chosen is not None and options[chosen] == question.answer
             results.append((question, correct, chosen is not None))
             ctx.judgments.append(
                 JudgmentRecord(
@@ -149,7 +152,7 @@ class SimulateBenchFamily:
                     target_idx=ctx.messages[-1].idx,
                     criterion=f"{question.part}/{'answerable' if question.answerable else 'not_enough_information'}",
                     score=1.0 if correct else 0.0,
-                    raw_text=question.options[chosen] if chosen is not None else answer.text,
+                    raw_text=options[chosen] if chosen is not None else answer.text,
                     parsed=chosen is not None,
                 )
             )
@@ -158,10 +161,21 @@ class SimulateBenchFamily:
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Answers are scored by rule when they are given; there is nothing for a judge panel to do."""
 
-    def _question_text(self, question: Question, source: str) -> str:
-        letters = option_letters(len(question.options))
-        options = "\n".join(f"{letter}) {option}" for letter, option in zip(letters, question.options, strict=True))
-        return render(self.prompts.question, {"question": question.question, "options": options}, source)
+    def _question_text(self, question: Question, options: list[str], source: str) -> str:
+        letters = option_letters(len(options))
+        listed = "\n".join(f"{letter}) {option}" for letter, option in zip(letters, options, strict=True))
+        return render(self.prompts.question, {"question": question.question, "options": listed}, source)
+
+
+def shuffled_options(question: Question, character: str, seed: int) -> list[str]:
+    """The options in a seeded order, the same for a character's base profile and all its variants.
+
+    Written and published option lists put the right answer in predictable places; a model that
+    always answers "A" would otherwise score by position alone, identically on every variant.
+    """
+    options = list(question.options)
+    random.Random(f"{seed}/{character}/{question.id}").shuffle(options)
+    return options
 
 
 def profile_scores(results: list[tuple[Question, bool, bool]], player: str) -> list[ScoreRecord]:
