@@ -57,24 +57,7 @@ def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_Stor
         instance = instances.get((str(scenario), str(instance_id)))
         if family is None or instance is None:
             raise ApplianceError(f"run '{run_id}': instance '{instance_id}' of '{scenario}' is no longer defined")
-        messages = [
-            MessageRecord(
-                idx=idx,
-                speaker=speaker,
-                model=model,
-                text=text,
-                prompt_tokens=prompt,
-                cached_prompt_tokens=cached,
-                completion_tokens=completion,
-                latency_s=latency,
-                finish_reason=finish,
-            )
-            for idx, speaker, model, text, prompt, cached, completion, latency, finish in store.query(
-                "SELECT idx, speaker, model, text, prompt_tokens, cached_prompt_tokens, completion_tokens, "
-                "latency_s, finish_reason FROM messages WHERE episode_id = ? ORDER BY idx",
-                [episode_id],
-            )
-        ]
+        messages = store.episode_messages(str(episode_id))
         episodes.append(_StoredEpisode(str(episode_id), family, instance, str(player), int(seed), messages))
     return episodes
 

@@ -92,12 +92,16 @@ def select_instances(instances: list[Instance], limit: int | None, seed: int) ->
     return chosen if limit is None else chosen[:limit]
 
 
+def instances_for_run(family: ScenarioFamily, limit: int | None, seed: int) -> list[Instance]:
+    """The instances a run plays; a family may choose its own subset (SimulateBench keeps base profiles)."""
+    select = getattr(family, "select_instances", select_instances)
+    return list(select(family.instances(), limit, seed))
+
+
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
     planned: list[PlannedEpisode] = []
     for family in families:
-        # a family may choose its own subset (SimulateBench keeps each character's base profile)
-        select = getattr(family, "select_instances", select_instances)
-        for instance in select(family.instances(), config.limit, config.seed):
+        for instance in instances_for_run(family, config.limit, config.seed):
             for player in config.players:
                 episode_id = f"{run_id}:{family.name}:{instance.id}:{player}"
                 planned.append(

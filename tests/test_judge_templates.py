@@ -140,3 +140,49 @@ def test_template_with_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text('mode = "ranking"\nsystem = "s"\nuser = "u"\n')
     with pytest.raises(ApplianceError, match=r"odd\.toml"):
         load_judge_template(path)
+
+
+def _pair_verdict(respond: object) -> object:
+    import asyncio
+
+    from appliance.engine.scripted import ScriptedBackend
+    from appliance.episodes import EpisodeContext, RoleBinding
+    from appliance.judging.verdicts import judge_pair
+    from appliance.scheduler import Scheduler
+
+    template = load_judge_template(JUDGES / "pairwise_preference.toml")
+    assert isinstance(template, PairwiseTemplate)
+    scheduler = Scheduler({"j": ScriptedBackend("j", respond)})  # type: ignore[arg-type]
+    ctx = EpisodeContext("e", 0, scheduler, {"judge:j": RoleBinding("j")})
+
+    async def run() -> PairVerdict:
+        work = asyncio.ensure_future(
+            judge_pair(
+                ctx,
+                template,
+                {"instruction": "i", "input": ""},
+                "good one",
+                "bad one",
+                judge_model="j",
+                panel="p",
+                target_idx=0,
+            )
+        )
+        await scheduler.drive(work)
+        return await work
+
+    verdict = asyncio.run(run())
+    assert [j.order_swapped for j in ctx.judgments] == [False, True]
+    return verdict
+
+
+def test_judge_pair_asks_both_orders_and_reads_them_for_the_first_response() -> None:
+    def prefers_good(request: object) -> str:
+        text = request.messages[1].content  # type: ignore[attr-defined]
+        a = text.split("Response A:")[1].split("Response B:")[0]
+        return '{"better": "A"}' if "good" in a else '{"better": "B"}'
+
+    verdict = _pair_verdict(prefers_good)
+    assert (verdict.original, verdict.swapped, verdict.outcome) == (1.0, 1.0, "first")  # type: ignore[attr-defined]
+    biased = _pair_verdict(lambda request: '{"better": "A"}')
+    assert biased.outcome == "inconsistent" and biased.position_biased  # type: ignore[attr-defined]

@@ -27,6 +27,8 @@ def pick_calibrations(store: Store, panel: Panel, families: Sequence[ScenarioFam
     """The newest calibration of this panel for each family's judge template, if any."""
     picked: dict[str, CalibrationRecord] = {}
     for family in families:
+        if not family.judge_template:
+            continue
         record = latest_calibration(store, panel.name, family.judge_template, list(panel.judges))
         if record is not None and record.model.get("kind") == "rating":
             picked[family.name] = record

@@ -18,7 +18,7 @@ from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, derive_seed
 from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
-from appliance.judging.verdicts import judge_replies
+from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
 from appliance.runner import BackendFactory, bind_role
 from appliance.scheduler import Scheduler
@@ -101,7 +101,6 @@ def collect_verdicts(
                 store,
                 catalog,
                 backends,
-                panel,
                 label_set,
                 template,
                 criterion,
@@ -122,7 +121,6 @@ async def _rate_items(
     store: Store,
     catalog: Catalog,
     backends: dict[str, Backend],
-    panel: Panel,
     label_set: LabelSet,
     template: JudgeTemplate,
     criterion: str,
@@ -150,7 +148,7 @@ async def _rate_items(
             variables = item_variables(label_set, item, criterion, template)
             replies = await asyncio.gather(
                 *(
-                    judge_replies(ctx, template, _ordered(variables, swapped), judge, f"{judge}-{int(swapped)}")
+                    judge_replies(ctx, template, _shown(variables, swapped), judge, f"{judge}-{int(swapped)}")
                     for judge, swapped in requests
                 )
             )
@@ -183,7 +181,7 @@ async def _rate_items(
     return results
 
 
-def _ordered(variables: dict[str, str], swapped: bool) -> dict[str, str]:
-    if not swapped:
-        return variables
-    return variables | {"response_a": variables["response_b"], "response_b": variables["response_a"]}
+def _shown(variables: dict[str, str], swapped: bool) -> dict[str, str]:
+    if "response_a" not in variables:
+        return variables  # not a pair
+    return in_order(variables, variables["response_a"], variables["response_b"], swapped=swapped)

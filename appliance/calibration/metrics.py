@@ -121,8 +121,7 @@ def bootstrap_metrics(
                 samples.setdefault(name, []).append(value)
     tail = (1.0 - confidence) / 2.0
     intervals: dict[str, tuple[float, float] | None] = {}
-    for name in compute(np.arange(size)):
-        values = samples.get(name, [])
+    for name, values in samples.items():
         # an interval needs most resamples to define the metric
         if len(values) < resamples // 2:
             intervals[name] = None

@@ -38,7 +38,7 @@ from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root  # noqa: E402
 from appliance.report import build_scenario_report  # noqa: E402
-from appliance.runner import RunConfig, Runner, select_instances  # noqa: E402
+from appliance.runner import RunConfig, Runner, instances_for_run  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
 
@@ -277,9 +277,7 @@ def scenarios_list(as_json: JsonOption = False) -> None:
             {
                 "name": name,
                 "instances": len(instances),
-                "default_run": len(
-                    getattr(family, "select_instances", select_instances)(instances, DEFAULT_SUITE_LIMIT, 0)
-                ),
+                "default_run": len(instances_for_run(family, DEFAULT_SUITE_LIMIT, 0)),
                 "languages": languages,
                 "description": family.description,
             }

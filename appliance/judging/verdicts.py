@@ -133,6 +133,12 @@ def combine_orders(original: float | None, swapped: float | None) -> PairOutcome
     return "inconsistent"
 
 
+def in_order(variables: dict[str, str], first: str, second: str, *, swapped: bool) -> dict[str, str]:
+    """The pairwise template's variables with the first response shown as A, or as B when swapped."""
+    a, b = (second, first) if swapped else (first, second)
+    return {**variables, "response_a": a, "response_b": b}
+
+
 async def judge_pair(
     ctx: EpisodeContext,
     template: PairwiseTemplate,
@@ -149,7 +155,7 @@ async def judge_pair(
         ask_judge(
             ctx,
             template,
-            {**variables, "response_a": first, "response_b": second},
+            in_order(variables, first, second, swapped=False),
             judge_model=judge_model,
             panel=panel,
             target_idx=target_idx,
@@ -157,7 +163,7 @@ async def judge_pair(
         ask_judge(
             ctx,
             template,
-            {**variables, "response_a": second, "response_b": first},
+            in_order(variables, first, second, swapped=True),
             judge_model=judge_model,
             panel=panel,
             target_idx=target_idx,

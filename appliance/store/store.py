@@ -18,7 +18,14 @@ from typing import Any
 import duckdb
 
 from appliance.errors import ApplianceError
-from appliance.store.records import EpisodeRecord, JudgmentRecord, ModelRecord, RunRecord, ScoreRecord
+from appliance.store.records import (
+    EpisodeRecord,
+    JudgmentRecord,
+    MessageRecord,
+    ModelRecord,
+    RunRecord,
+    ScoreRecord,
+)
 from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 
 DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
@@ -267,6 +274,12 @@ class Store:
             "SELECT episode_id FROM episodes WHERE run_id = ? AND status = 'finished'", [run_id]
         ).fetchall()
         return {str(row[0]) for row in rows}
+
+    def episode_messages(self, episode_id: str) -> list[MessageRecord]:
+        """An episode's transcript as it was written (the reverse of `_insert_messages`)."""
+        fields = list(MessageRecord.model_fields)
+        rows = self.query(f"SELECT {', '.join(fields)} FROM messages WHERE episode_id = ? ORDER BY idx", [episode_id])
+        return [MessageRecord(**dict(zip(fields, row, strict=True))) for row in rows]
 
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self.connection.execute(sql, list(parameters)).fetchall())
