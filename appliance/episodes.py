@@ -37,6 +37,11 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
+def pair_label(player: str, partner: str) -> str:
+    """How reports name who played: a model in self-play, "A--B" when B took the partner roles (clembench's naming)."""
+    return player if player == partner else f"{player}--{partner}"
+
+
 class EpisodeFailed(Exception):
     """An episode cannot go on (e.g. its context overflowed); it is stored with this error."""
 
@@ -54,6 +59,8 @@ class EpisodeContext:
     messages: list[MessageRecord] = field(default_factory=list)
     judgments: list[JudgmentRecord] = field(default_factory=list)
     scores: list[ScoreRecord] = field(default_factory=list)
+    #: facts the episode adds to its stored metadata (e.g. per-turn game scores)
+    metadata: dict[str, object] = field(default_factory=dict)
     _request_count: int = 0
 
     def model_for(self, role: str) -> str:

@@ -25,7 +25,7 @@ from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import Sampling
-from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed
+from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed, pair_label
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
 from appliance.scenarios.base import Instance, ScenarioFamily
@@ -54,6 +54,8 @@ class RunConfig(BaseModel):
     models_file: str
     greedy: bool = False
     turns: int | None = Field(default=None, ge=1)
+    #: two-player games also pair every player with every other one, in both roles
+    cross_play: bool = False
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
 
@@ -66,6 +68,12 @@ class PlannedEpisode:
     instance: Instance
     player: str
     seed: int
+    #: the model in the partner roles of two-player games (the player itself in self-play)
+    partner: str
+
+    @property
+    def label(self) -> str:
+        return pair_label(self.player, self.partner)
 
 
 @dataclass
@@ -98,15 +106,24 @@ def instances_for_run(family: ScenarioFamily, limit: int | None, seed: int) -> l
     return list(select(family.instances(), limit, seed))
 
 
+def pairings(config: RunConfig, family: ScenarioFamily, instance: Instance) -> list[tuple[str, str]]:
+    """(player, partner) pairs: self-play for everyone, and with `cross_play` every ordered pair of
+    distinct players in the games a family marks as two-player."""
+    pairs = [(player, player) for player in config.players]
+    two_player = getattr(family, "two_player", None)
+    if config.cross_play and two_player is not None and two_player(instance):
+        pairs += [(a, b) for a in config.players for b in config.players if a != b]
+    return pairs
+
+
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
     planned: list[PlannedEpisode] = []
     for family in families:
         for instance in instances_for_run(family, config.limit, config.seed):
-            for player in config.players:
-                episode_id = f"{run_id}:{family.name}:{instance.id}:{player}"
-                planned.append(
-                    PlannedEpisode(run_id, episode_id, family, instance, player, derive_seed(config.seed, instance.id))
-                )
+            for player, partner in pairings(config, family, instance):
+                episode_id = f"{run_id}:{family.name}:{instance.id}:{pair_label(player, partner)}"
+                seed = derive_seed(config.seed, instance.id)
+                planned.append(PlannedEpisode(run_id, episode_id, family, instance, player, seed, partner))
     return planned
 
 
@@ -261,6 +278,7 @@ class Runner:
     async def _play_one(self, planned: PlannedEpisode, config: RunConfig, scheduler: Scheduler) -> EpisodeRecord:
         roles = {
             "player": self._binding(planned.player, "player"),
+            "partner": self._binding(planned.partner, "player"),
             "interrogator": self._binding(config.interrogator, "interrogator"),
         }
         for judge in config.panel.judges:
@@ -291,14 +309,14 @@ class Runner:
             run_id=planned.run_id,
             scenario=planned.family.name,
             instance_id=planned.instance.id,
-            player=planned.player,
+            player=planned.label,
             status="finished" if error is None else "error",
             seed=planned.seed,
             started_at=started_at,
             finished_at=datetime.now(UTC).replace(tzinfo=None),
             wall_s=time.perf_counter() - clock,
             error=error,
-            metadata={"language": planned.instance.language, **planned.instance.describe()},
+            metadata={"language": planned.instance.language, **planned.instance.describe(), **ctx.metadata},
             messages=ctx.messages,
             judgments=ctx.judgments,
             scores=scores,

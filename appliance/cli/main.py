@@ -36,10 +36,11 @@ from appliance.cli.options import (  # noqa: E402
 from appliance.cli.render import print_report  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
-from appliance.paths import judges_dir, project_root  # noqa: E402
+from appliance.paths import judges_dir, project_root, scenarios_dir  # noqa: E402
 from appliance.report import build_scenario_report  # noqa: E402
 from appliance.runner import RunConfig, Runner, instances_for_run  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
+from appliance.scenarios.clembench.instances import InstanceSet  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
 
 DEFAULT_SUITE_LIMIT = 6
@@ -69,6 +70,9 @@ def run(
     all_instances: Annotated[bool, typer.Option("--all", help="every instance (overrides --limit)")] = False,
     parallel: Annotated[int, typer.Option(min=1, help="episodes live at once")] = 8,
     resume: Annotated[str | None, typer.Option(help="resume a stored run by id (its config is reused)")] = None,
+    cross_play: Annotated[
+        bool, typer.Option("--cross-play", help="two-player games also pair every two players, in both roles")
+    ] = False,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -92,10 +96,11 @@ def run(
                 limit=None if all_instances else limit,
                 parallel=parallel,
                 models_file=str(catalog.source),
+                cross_play=cross_play,
             )
         for name in [*config.players, config.interrogator, *config.panel.judges]:
             catalog.get(name)
-        families = [load_family(name) for name in config.scenarios]
+        families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
         runner = Runner(catalog, store)
         with Progress(
             TextColumn("[bold]episodes"),
@@ -297,6 +302,82 @@ def scenarios_list(as_json: JsonOption = False) -> None:
             str(row["description"]),
         )
     console.print(table)
+
+
+@scenarios_app.command("generate")
+def scenarios_generate(
+    family: Annotated[str, typer.Argument(help="the family whose instances to generate (clembench)")],
+    seed: Annotated[int, typer.Option(help="generator seed")] = 0,
+    per_experiment: Annotated[int, typer.Option(min=1, help="instances per experiment of each game")] = 6,
+    out: Annotated[Path | None, typer.Option(help="write a JSON file instead of storing the set")] = None,
+    name: Annotated[str | None, typer.Option(help="the stored set's name (default: clembench-seed-SEED)")] = None,
+    db: DbOption = None,
+) -> None:
+    """Generate a fresh instance set from a seed; play it with --scenario clembench:FILE or clembench:NAME."""
+    from appliance.scenarios.clembench.generate import generate_instance_set
+
+    if family != "clembench":
+        raise ApplianceError(f"scenario '{family}': only clembench generates instances (its data is fixed otherwise)")
+    instance_set = generate_instance_set(scenarios_dir() / "clembench", seed, per_experiment)
+    if name is not None:
+        instance_set.name = name
+    _save_instance_set(instance_set, out, db)
+
+
+def _save_instance_set(instance_set: InstanceSet, out: Path | None, db: Path | None) -> None:
+    from appliance.scenarios.clembench.instances import write_instance_set
+    from appliance.store.instance_sets import write_instance_set as store_instance_set
+
+    count = len(instance_set.instances)
+    if out is not None:
+        write_instance_set(instance_set, out)
+        console.print(f"wrote {count} instances to {out}; play them with --scenario clembench:{out}")
+        return
+    with Store.open(db) as store:
+        new = store_instance_set(
+            store,
+            name=instance_set.name,
+            family="clembench",
+            source=instance_set.source,
+            seed=instance_set.seed,
+            count=count,
+            payload=instance_set.model_dump(mode="json"),
+        )
+    verb = "stored" if new else "already stored:"
+    console.print(f"{verb} {count} instances as '{instance_set.name}'")
+    console.print(f"play them with: appliance run --scenario clembench:{instance_set.name}")
+
+
+@import_app.command("clembench-instances")
+def import_clembench_instances(
+    path: Annotated[Path, typer.Argument(help="a clembench instances.json, or a folder of <game>/instances.json")],
+    out: Annotated[Path | None, typer.Option(help="write a JSON file instead of storing the set")] = None,
+    name: Annotated[str | None, typer.Option(help="the stored set's name")] = None,
+    db: DbOption = None,
+) -> None:
+    """Store clembench's published instances as an instance set, to play as they are."""
+    from appliance.scenarios.clembench.published import read_published
+
+    if not path.exists():
+        raise ApplianceError(f"{path}: not found")
+    instance_set = read_published(path, scenarios_dir() / "clembench")
+    if name is not None:
+        instance_set.name = name
+    _save_instance_set(instance_set, out, db)
+
+
+@import_app.command("clembench-results")
+def import_clembench_results(
+    path: Annotated[Path, typer.Argument(help="a folder or zip of clembench per-episode scores.json files")],
+    db: DbOption = None,
+) -> None:
+    """Import clembench results as a run; `appliance report RUN` aggregates them like our own."""
+    from appliance.scenarios.clembench.results import import_results
+
+    with Store.open(db) as store:
+        run_id, episodes, new = import_results(store, path)
+    state = "imported" if new else "already imported"
+    console.print(f"{state}: {episodes} episodes as run {run_id}; see them with: appliance report {run_id}")
 
 
 @import_app.command("pingpong-settings")

@@ -1,15 +1,19 @@
 """Reports computed from the store: leaderboards and consistency reports with bootstrap intervals."""
 
+from appliance.report.clemscore import ClemReport, ClemRow, build_clem_report
 from appliance.report.consistency import ConsistencyReport, ConsistencyRow, build_consistency_report
 from appliance.report.leaderboard import Leaderboard, LeaderboardRow, build_leaderboard
 from appliance.report.scenario import ScenarioReport, build_scenario_report
 
 __all__ = [
+    "ClemReport",
+    "ClemRow",
     "ConsistencyReport",
     "ConsistencyRow",
     "Leaderboard",
     "LeaderboardRow",
     "ScenarioReport",
+    "build_clem_report",
     "build_consistency_report",
     "build_leaderboard",
     "build_scenario_report",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from appliance.report.clemscore import ClemReport, build_clem_report
 from appliance.report.consistency import ConsistencyReport, build_consistency_report
 from appliance.report.leaderboard import Leaderboard, build_leaderboard
 from appliance.store import Store
 
-ScenarioReport = Leaderboard | ConsistencyReport
+ScenarioReport = Leaderboard | ConsistencyReport | ClemReport
 
 
 def build_scenario_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ScenarioReport:
-    if scenario.partition(":")[0] == "simulatebench":
+    family = scenario.partition(":")[0]
+    if family == "simulatebench":
         return build_consistency_report(store, run_id, scenario)
+    if family == "clembench":
+        return build_clem_report(store, run_id, scenario)
     return build_leaderboard(store, run_id, scenario=scenario, panel=panel)

@@ -7,17 +7,33 @@ from pathlib import Path
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.scenarios.base import ScenarioFamily
+from appliance.store import Store
 
 
 def family_names() -> list[str]:
-    return ["pingpong", "simulatebench"]
+    return ["pingpong", "simulatebench", "clembench"]
 
 
-def load_family(spec: str, scenarios_root: Path | None = None, judges_root: Path | None = None) -> ScenarioFamily:
-    """`NAME` uses the family's own data; `NAME:FOLDER` uses another folder (e.g. imported data)."""
+def load_family(
+    spec: str,
+    scenarios_root: Path | None = None,
+    judges_root: Path | None = None,
+    *,
+    seed: int = 0,
+    store: Store | None = None,
+) -> ScenarioFamily:
+    """`NAME` uses the family's own data; `NAME:FOLDER` uses another folder (e.g. imported data).
+
+    clembench generates fresh instances from `seed`; `clembench:SOURCE` plays
+    an instance-set file, clembench's published instances, or a set stored in `store`.
+    """
     root = scenarios_root or scenarios_dir()
     judges = judges_root or judges_dir()
     name, _, folder = spec.partition(":")
+    if name == "clembench":
+        from appliance.scenarios.clembench.family import load_clembench
+
+        return load_clembench(spec, root / "clembench", seed=seed, store=store)
     if name == "pingpong":
         from appliance.scenarios.pingpong import PingPongFamily
 

@@ -160,4 +160,22 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
 ]
 
+MIGRATIONS.append(
+    (
+        4,
+        "instance sets of generated or imported scenario instances",
+        """
+        CREATE TABLE instance_sets (
+            name VARCHAR PRIMARY KEY,
+            family VARCHAR NOT NULL,
+            source VARCHAR NOT NULL,
+            seed BIGINT,
+            created_at TIMESTAMP NOT NULL,
+            instance_count INTEGER NOT NULL,
+            payload JSON NOT NULL
+        );
+        """,
+    )
+)
+
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -137,29 +137,37 @@ class Store:
 
     def write_episode(self, episode: EpisodeRecord) -> None:
         """All of an episode or nothing: the transaction makes resumption exact."""
+        self.write_episodes([episode])
+
+    def write_episodes(self, episodes: Sequence[EpisodeRecord]) -> None:
+        """Several episodes in one transaction (imports: all or nothing)."""
         with self.transaction():
-            # A failed attempt of this episode (from an earlier, resumed run) is replaced.
-            for table in ("messages", "judgments", "scores", "episodes"):
-                self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [episode.episode_id])
-            self.connection.execute(
-                "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    episode.episode_id,
-                    episode.run_id,
-                    episode.scenario,
-                    episode.instance_id,
-                    episode.player,
-                    episode.status,
-                    episode.seed,
-                    episode.started_at,
-                    episode.finished_at,
-                    episode.wall_s,
-                    episode.error,
-                    json.dumps(episode.metadata),
-                ],
-            )
-            self._insert_messages(episode)
-            self._insert_verdicts(episode.episode_id, episode.run_id, episode.judgments, episode.scores)
+            for episode in episodes:
+                self._write_episode_rows(episode)
+
+    def _write_episode_rows(self, episode: EpisodeRecord) -> None:
+        # A failed attempt of this episode (from an earlier, resumed run) is replaced.
+        for table in ("messages", "judgments", "scores", "episodes"):
+            self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [episode.episode_id])
+        self.connection.execute(
+            "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                episode.episode_id,
+                episode.run_id,
+                episode.scenario,
+                episode.instance_id,
+                episode.player,
+                episode.status,
+                episode.seed,
+                episode.started_at,
+                episode.finished_at,
+                episode.wall_s,
+                episode.error,
+                json.dumps(episode.metadata),
+            ],
+        )
+        self._insert_messages(episode)
+        self._insert_verdicts(episode.episode_id, episode.run_id, episode.judgments, episode.scores)
 
     def replace_panel_verdicts(
         self,
@@ -221,14 +229,15 @@ class Store:
                     for j in judgments
                 ],
             )
-        if scores:
-            self.connection.executemany(
+        if scores:  # one multi-row statement: DuckDB's executemany costs a round trip per row
+            rows = [
+                [episode_id, run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value, s.calibration_id]
+                for s in scores
+            ]
+            self.connection.execute(
                 "INSERT INTO scores (episode_id, run_id, panel, player, metric, value, calibrated_value, "
-                "calibration_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    [episode_id, run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value, s.calibration_id]
-                    for s in scores
-                ],
+                "calibration_id) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows)),
+                [value for row in rows for value in row],
             )
 
     def write_bench(

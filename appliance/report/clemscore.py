@@ -1,0 +1,184 @@
+"""clembench's aggregation: % played, quality and clemscore per game and overall.
+
+As clemcore computes them: per game, % played = 100 x (1 - mean of Aborted)
+over all episodes and quality = mean of Main Score over the episodes that
+have one (aborted episodes have none); overall, both are averaged over games
+and clemscore = average % played x average quality / 100. Lost and aborted
+are counted apart. Intervals resample episodes within each game.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from statistics import fmean, stdev
+
+import numpy as np
+from pydantic import BaseModel
+
+from appliance.report.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval
+from appliance.store import Store
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    game: str
+    aborted: bool
+    main_score: float | None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    played: dict[str, float]
+    quality: dict[str, float | None]
+    average_played: float
+    average_quality: float | None
+    clemscore: float | None
+
+
+def aggregate(results: list[EpisodeResult]) -> Aggregate:
+    by_game: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for result in results:
+        by_game[result.game].append(result)
+    played = {game: 100 * (1 - fmean(r.aborted for r in rows)) for game, rows in sorted(by_game.items())}
+    quality: dict[str, float | None] = {}
+    for game, rows in sorted(by_game.items()):
+        scores = [r.main_score for r in rows if r.main_score is not None]
+        quality[game] = fmean(scores) if scores else None
+    qualities = [q for q in quality.values() if q is not None]
+    average_played = fmean(played.values()) if played else 0.0
+    average_quality = fmean(qualities) if qualities else None
+    if average_quality is None:  # nothing scored: zero if nothing was played, else undefined
+        clemscore = 0.0 if played and average_played == 0 else None
+    else:
+        clemscore = average_played * average_quality / 100
+    return Aggregate(played, quality, average_played, average_quality, clemscore)
+
+
+class GameFigures(BaseModel):
+    game: str
+    episodes: int
+    aborted: int
+    lost: int
+    won: int
+    played: float
+    quality: float | None
+    quality_std: float | None
+    quality_ci: tuple[float, float] | None
+
+
+class ClemRow(BaseModel):
+    player: str
+    episodes: int
+    failed: int
+    games: list[GameFigures]
+    played: float
+    played_ci: tuple[float, float] | None
+    quality: float | None
+    quality_ci: tuple[float, float] | None
+    clemscore: float | None
+    clemscore_ci: tuple[float, float] | None
+
+
+class ClemReport(BaseModel):
+    run_id: str
+    scenario: str
+    status: str
+    rows: list[ClemRow]
+
+
+def bootstrap_aggregate(
+    results: list[EpisodeResult], resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> dict[str, tuple[float, float] | None]:
+    """95% intervals of average % played, average quality and clemscore, resampling within games."""
+    by_game: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for result in results:
+        by_game[result.game].append(result)
+    rng = np.random.default_rng(seed)
+    estimates: dict[str, list[float]] = {"played": [], "quality": [], "clemscore": []}
+    for _ in range(resamples):
+        sample = [rows[i] for rows in by_game.values() for i in rng.integers(0, len(rows), len(rows))]
+        figures = aggregate(sample)
+        estimates["played"].append(figures.average_played)
+        if figures.average_quality is not None and figures.clemscore is not None:
+            estimates["quality"].append(figures.average_quality)
+            estimates["clemscore"].append(figures.clemscore)
+    return {key: _interval(values) for key, values in estimates.items()}
+
+
+def _interval(values: list[float]) -> tuple[float, float] | None:
+    if not values:
+        return None
+    low, high = np.quantile(np.asarray(values), [0.025, 0.975])
+    return float(low), float(high)
+
+
+def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, list[EpisodeResult]], dict[str, int]]:
+    """Finished episodes' results per player, and the count of episodes that failed to run."""
+    rows = store.query(
+        """
+        SELECT e.player, e.status, e.metadata,
+               max(CASE WHEN s.metric = 'Aborted' THEN s.value END),
+               max(CASE WHEN s.metric = 'Main Score' THEN s.value END),
+               max(CASE WHEN s.metric = 'Lose' THEN s.value END)
+        FROM episodes e LEFT JOIN scores s ON s.episode_id = e.episode_id
+        WHERE e.run_id = ? AND e.scenario = ?
+        GROUP BY e.episode_id, e.player, e.status, e.metadata
+        """,
+        [run_id, scenario],
+    )
+    results: dict[str, list[EpisodeResult]] = defaultdict(list)
+    failed: dict[str, int] = defaultdict(int)
+    for player, status, metadata, aborted, main_score, lost in rows:
+        if status != "finished" or aborted is None:
+            failed[player] += 1
+            continue
+        game = json.loads(metadata).get("game", "unknown")
+        score = None if main_score is None or np.isnan(main_score) else float(main_score)
+        results[player].append(EpisodeResult(game, bool(aborted), score, bool(lost)))
+    return results, failed
+
+
+def build_clem_report(store: Store, run_id: str, scenario: str) -> ClemReport:
+    run = store.run(run_id)
+    results, failed = load_results(store, run_id, scenario)
+    rows = []
+    for player in sorted(set(results) | set(failed)):
+        episodes = results.get(player, [])
+        figures = aggregate(episodes) if episodes else Aggregate({}, {}, 0.0, None, None)
+        intervals = bootstrap_aggregate(episodes) if episodes else {}
+        rows.append(
+            ClemRow(
+                player=player,
+                episodes=len(episodes),
+                failed=failed.get(player, 0),
+                games=[_game_figures(game, [r for r in episodes if r.game == game]) for game in figures.played],
+                played=figures.average_played,
+                played_ci=intervals.get("played"),
+                quality=figures.average_quality,
+                quality_ci=intervals.get("quality"),
+                clemscore=figures.clemscore,
+                clemscore_ci=intervals.get("clemscore"),
+            )
+        )
+    rows.sort(key=lambda row: -(row.clemscore or 0.0))
+    return ClemReport(run_id=run_id, scenario=scenario, status=str(run["status"]), rows=rows)
+
+
+def _game_figures(game: str, episodes: list[EpisodeResult]) -> GameFigures:
+    scores = [r.main_score for r in episodes if r.main_score is not None]
+    aborted = sum(r.aborted for r in episodes)
+    lost = sum(r.lost and not r.aborted for r in episodes)
+    return GameFigures(
+        game=game,
+        episodes=len(episodes),
+        aborted=aborted,
+        lost=lost,
+        won=len(episodes) - aborted - lost,
+        played=100 * (1 - aborted / len(episodes)),
+        quality=fmean(scores) if scores else None,
+        quality_std=stdev(scores) if len(scores) > 1 else None,
+        quality_ci=bootstrap_interval(scores),
+    )

@@ -1,0 +1,1 @@
+"""clembench: dialogue games under a programmatic game master (see docs/clembench.md)."""

@@ -1,0 +1,113 @@
+"""clembench as a scenario family: instances from a seed, a file or the store; one game master per game."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from appliance.episodes import EpisodeContext, pair_label
+from appliance.errors import ApplianceError
+from appliance.scenarios.base import Instance
+from appliance.scenarios.clembench import imagegame, privateshared, referencegame, taboo, wordle
+from appliance.scenarios.clembench.generate import generate_instance_set
+from appliance.scenarios.clembench.instances import (
+    GAMES,
+    TWO_PLAYER_GAMES,
+    ClemInstance,
+    InstanceSet,
+    read_instance_set,
+)
+from appliance.scenarios.clembench.master import Abort, Outcome, Table, episode_scores, note
+from appliance.scenarios.clembench.published import read_published
+from appliance.store import Store
+from appliance.store.instance_sets import load_instance_set
+
+
+async def play_game(table: Table, instance: ClemInstance) -> Outcome:
+    """Run the instance's game to its end; a parse-rule break ends it as aborted."""
+    try:
+        if instance.game.startswith("wordle"):
+            return await wordle.play(table, instance.params, instance.game)
+        if instance.game == "taboo":
+            return await taboo.play(table, instance.params)
+        if instance.game == "imagegame":
+            return await imagegame.play(table, instance.params)
+        if instance.game == "referencegame":
+            return await referencegame.play(table, instance.params)
+        if instance.game == "privateshared":
+            return await privateshared.play(table, instance.params)
+    except Abort as abort:
+        note(table.ctx, "gm", f"aborted: {abort}")
+        return Outcome.aborted()
+    raise ValueError(f"unknown game '{instance.game}'")
+
+
+class ClembenchFamily:
+    description = "dialogue games run by a programmatic game master (% played, quality, clemscore)"
+    support_roles: tuple[str, ...] = ()
+    judge_template = ""
+    calibrated_metric = ""
+
+    def __init__(self, instance_set: InstanceSet, data_folder: Path, name: str = "clembench") -> None:
+        self.name = name
+        self.instance_set = instance_set
+        self.data_folder = data_folder
+
+    def instances(self) -> list[Instance]:
+        return list(self.instance_set.instances)
+
+    def data_files(self) -> list[Path]:
+        return sorted(self.data_folder.glob("*.toml"))
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """`limit` counts per game, spread over its experiments, so a short run still plays every game."""
+        if limit is None:
+            return list(instances)
+        by_game: dict[str, dict[str, list[Instance]]] = defaultdict(lambda: defaultdict(list))
+        for instance in instances:
+            assert isinstance(instance, ClemInstance)
+            by_game[instance.game][instance.experiment].append(instance)
+        chosen: list[Instance] = []
+        rng = random.Random(seed)
+        for game in sorted(by_game, key=lambda g: GAMES.index(g) if g in GAMES else len(GAMES)):
+            pools = [rng.sample(pool, len(pool)) for _, pool in sorted(by_game[game].items())]
+            picked: list[Instance] = []
+            while len(picked) < limit and any(pools):
+                for pool in pools:
+                    if pool and len(picked) < limit:
+                        picked.append(pool.pop())
+            chosen.extend(picked)
+        return chosen
+
+    def two_player(self, instance: Instance) -> bool:
+        return isinstance(instance, ClemInstance) and instance.game in TWO_PLAYER_GAMES
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, ClemInstance)
+        table = Table(ctx)
+        outcome = await play_game(table, instance)
+        ctx.scores.extend(
+            episode_scores(outcome, table.requests, pair_label(ctx.model_for("player"), ctx.model_for("partner")))
+        )
+        ctx.metadata["turn_scores"] = outcome.turn_scores
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Rules score clembench; there is nothing for a judge panel to rescore."""
+
+
+def load_clembench(spec: str, data_folder: Path, *, seed: int, store: Store | None) -> ClembenchFamily:
+    """`clembench` (fresh from `seed`), or `clembench:SOURCE` where SOURCE is an instance-set file,
+    a published instances.json (or a folder of them), or the name of a set stored in `store`."""
+    _, _, source = spec.partition(":")
+    if not source:
+        return ClembenchFamily(generate_instance_set(data_folder, seed), data_folder, spec)
+    path = Path(source)
+    if path.is_file() and path.name != "instances.json":
+        return ClembenchFamily(read_instance_set(path), data_folder, spec)
+    if path.exists():
+        return ClembenchFamily(read_published(path, data_folder), data_folder, spec)
+    payload = load_instance_set(store, source) if store is not None else None
+    if payload is None:
+        raise ApplianceError(f"scenario '{spec}': '{source}' is neither a file, a folder nor a stored instance set")
+    return ClembenchFamily(InstanceSet.model_validate(payload), data_folder, spec)

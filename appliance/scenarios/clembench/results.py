@@ -1,0 +1,110 @@
+"""clembench's published results (per-episode `scores.json` files) imported as a stored run.
+
+The layout is `<players>/<game>/<experiment>/<episode>/scores.json` inside a
+folder or a zip. Each episode's "episode scores" become the episode's scores
+under the same metric names our game masters write, so `appliance report`
+aggregates imported and native runs with one code path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import zipfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.scenarios.clembench.master import RULES_PANEL
+from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
+
+SCENARIO = "clembench"
+
+
+def _score_files(path: Path) -> Iterator[tuple[PurePosixPath, bytes]]:
+    if path.is_dir():
+        for file in sorted(path.rglob("scores.json")):
+            yield PurePosixPath(file.relative_to(path).as_posix()), file.read_bytes()
+    elif zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            for name in sorted(archive.namelist()):
+                if name.endswith("/scores.json") or name == "scores.json":
+                    yield PurePosixPath(name), archive.read(name)
+    else:
+        raise ApplianceError(f"{path}: neither a folder nor a zip of clembench results")
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    for name, content in _score_files(path):
+        digest.update(str(name).encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def _numeric_scores(scores: dict[str, Any], players: str) -> list[ScoreRecord]:
+    """The numeric episode scores (NaN, clembench's "not applicable", is stored as NULL)."""
+    return [
+        ScoreRecord(panel=RULES_PANEL, player=players, metric=metric, value=None if math.isnan(value) else float(value))
+        for metric, value in scores.items()
+        if isinstance(value, int | float)
+    ]
+
+
+def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
+    """(run id, episodes, newly imported); importing the same results twice reuses the first run."""
+    if not path.exists():
+        raise ApplianceError(f"{path}: not found")
+    run_id = f"clembench-import-{_digest(path)[:12]}"
+    if store.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]):
+        count = store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id])[0][0]
+        return run_id, int(count), False
+    episodes: list[EpisodeRecord] = []
+    now = datetime.now(UTC).replace(tzinfo=None)
+    for name, content in _score_files(path):
+        parts = name.parts
+        if len(parts) < 5:
+            raise ApplianceError(f"{path}: {name}: expected <players>/<game>/<experiment>/<episode>/scores.json")
+        players, game, experiment, episode = parts[-5:-1]
+        try:
+            scores = json.loads(content)
+            episode_scores = scores["episode scores"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+            raise ApplianceError(f"{path}: {name}: no 'episode scores' ({error})") from None
+        instance_id = f"{game}/{experiment}/{episode}"
+        episodes.append(
+            EpisodeRecord(
+                episode_id=f"{run_id}:{SCENARIO}:{instance_id}:{players}",
+                run_id=run_id,
+                scenario=SCENARIO,
+                instance_id=instance_id,
+                player=players,
+                status="finished",
+                seed=0,
+                started_at=now,
+                finished_at=now,
+                wall_s=0.0,
+                metadata={"game": game, "experiment": experiment, "turn_scores": scores.get("turn scores", {})},
+                scores=_numeric_scores(episode_scores, players),
+            )
+        )
+    if not episodes:
+        raise ApplianceError(f"{path}: no scores.json files found")
+    store.create_run(
+        RunRecord(
+            run_id=run_id,
+            started_at=now,
+            seed=0,
+            config={"scenarios": [SCENARIO], "imported_from": str(path.resolve()), "format": "clembench scores.json"},
+            versions={},
+            git_revision=None,
+            file_hashes={},
+        ),
+        [],
+    )
+    store.write_episodes(episodes)
+    store.finish_run(run_id, "imported", 0.0)
+    return run_id, len(episodes), True

@@ -1,0 +1,161 @@
+"""Wordle and its two variants: with a clue, and with a critic who reviews each guess.
+
+Parse rules: the guesser's reply holds exactly one "guess:" line (and may hold
+an "explanation:" line); the guess is one word of letters with the target's
+length, else the episode aborts. A well-formed word that is not in the game's
+word list is re-prompted up to `max_retries` times, then aborts. The critic
+replies with one "agreement: yes|no" line. Quality (clembench's speed score):
+wordle 100/100/100/50/30/20 for a win at attempt 1..6; the variants 100 / n.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.scenarios.clembench.master import Abort, Outcome, Requests, Seat, Table
+
+SPEED_SCORES = {1: 100.0, 2: 100.0, 3: 100.0, 4: 50.0, 5: 30.0, 6: 20.0}
+
+
+@dataclass(frozen=True)
+class Keywords:
+    guess: str = "guess:"
+    explanation: str = "explanation:"
+    agreement: str = "agreement:"
+    feedback: str = "guess_feedback:"
+    yes: str = "yes"
+    no: str = "no"
+
+
+def feedback(guess: str, target: str) -> list[str]:
+    """Colour per letter: green (right place), yellow (elsewhere, counting repeats), red (absent)."""
+    colours = ["red"] * len(guess)
+    unmatched = Counter(t for g, t in zip(guess, target, strict=True) if g != t)
+    for i, (g, t) in enumerate(zip(guess, target, strict=True)):
+        if g == t:
+            colours[i] = "green"
+        elif unmatched[g] > 0:
+            colours[i] = "yellow"
+            unmatched[g] -= 1
+    return colours
+
+
+def render_feedback(guess: str, colours: list[str]) -> str:
+    return " ".join(f"{letter}<{colour}>" for letter, colour in zip(guess, colours, strict=True))
+
+
+def closeness(colours: list[str]) -> float:
+    """clembench's per-turn closeness: 5 per green letter, 3 per yellow."""
+    return float(sum(5 if c == "green" else 3 if c == "yellow" else 0 for c in colours))
+
+
+def tagged_line(reply: str, tag: str) -> str:
+    """The content of the single line starting with `tag`; raises ValueError if absent or repeated."""
+    found = [line.strip()[len(tag) :].strip() for line in reply.splitlines() if line.strip().lower().startswith(tag)]
+    if len(found) != 1:
+        raise ValueError(f"expected exactly one '{tag}' line, found {len(found)}")
+    return found[0]
+
+
+class NotInWordList(Exception):
+    """A well-formed guess the game does not know: the guesser may try again."""
+
+
+def parse_guess(reply: str, keywords: Keywords, length: int, words: frozenset[str]) -> tuple[str, str]:
+    """(guess, explanation); raises ValueError on a parse-rule break, NotInWordList on an unknown word."""
+    guess = tagged_line(reply, keywords.guess).lower()
+    try:
+        explanation = tagged_line(reply, keywords.explanation)
+    except ValueError:
+        explanation = ""
+    if not re.fullmatch(r"[a-z]+", guess):
+        raise ValueError(f"guess '{guess}' is not a single word of letters")
+    if len(guess) != length:
+        raise ValueError(f"guess '{guess}' does not have {length} letters")
+    if words and guess not in words:
+        raise NotInWordList(guess)
+    return guess, explanation
+
+
+def parse_agreement(reply: str, keywords: Keywords) -> tuple[str, str]:
+    agreement = tagged_line(reply, keywords.agreement).lower().strip(" .!")
+    if agreement not in (keywords.yes, keywords.no):
+        raise ValueError(f"agreement '{agreement}' is neither {keywords.yes} nor {keywords.no}")
+    try:
+        explanation = tagged_line(reply, keywords.explanation)
+    except ValueError:
+        explanation = ""
+    return agreement, explanation
+
+
+async def ask_for_guess(guesser: Seat, prompt: str, requests: Requests, game: dict[str, Any]) -> tuple[str, str]:
+    """Ask until a guess is valid; unknown words are re-prompted up to the game's retry limit."""
+    keywords: Keywords = game["keywords"]
+    for _ in range(int(game["max_retries"]) + 1):
+        reply = await guesser.ask(prompt)
+        try:
+            guess, explanation = parse_guess(reply, keywords, len(game["target"]), game["words"])
+        except NotInWordList as unknown:
+            requests.violated += 1
+            prompt = game["texts"]["unknown_word"].format(guess=unknown)
+            continue
+        except ValueError as broken:
+            raise requests.broken(str(broken)) from None
+        requests.ok()
+        return guess, explanation
+    raise Abort("too many guesses outside the word list")
+
+
+async def play(table: Table, params: dict[str, Any], variant: str) -> Outcome:
+    """`variant` is "wordle", "wordle_withclue" or "wordle_withcritic"."""
+    keywords = Keywords(**params.get("keywords", {}))
+    target = params["target"].lower()
+    game = {
+        "keywords": keywords,
+        "target": target,
+        "words": frozenset(w.lower() for w in params.get("words", [])) | {target},
+        "max_retries": params.get("max_retries", 5),
+        "texts": params["texts"],
+    }
+    attempts = int(params.get("attempts", 6))
+    guesser = table.seat("player", "guesser", 64)
+    critic = table.seat("partner", "critic", 64) if variant == "wordle_withcritic" else None
+    prompt = params["guesser_prompt"]
+    guesses: list[str] = []
+    turns: list[dict[str, float | None]] = []
+    changed_after_critic = 0
+    for attempt in range(1, attempts + 1):
+        guess, explanation = await ask_for_guess(guesser, prompt, table.requests, game)
+        if critic is not None:
+            opinion = params["critic_prompt"] if attempt == 1 else ""
+            review = (f"{opinion}\n\n" if opinion else "") + params["texts"]["to_critic"].format(
+                guess=guess, explanation=explanation
+            )
+            reply = await critic.ask(review.strip())
+            try:
+                agreement, reason = parse_agreement(reply, keywords)
+            except ValueError as broken:
+                raise table.requests.broken(str(broken)) from None
+            table.requests.ok()
+            second = params["texts"]["critic_opinion"].format(agreement=agreement, explanation=reason)
+            revised, explanation = await ask_for_guess(guesser, second, table.requests, game)
+            changed_after_critic += int(revised != guess)
+            guess = revised
+        colours = feedback(guess, target)
+        guesses.append(guess)
+        turns.append({"closeness score": closeness(colours)})
+        if guess == target:
+            score = SPEED_SCORES[attempt] if variant == "wordle" else round(100 / attempt, 2)
+            return Outcome("success", score, _extra(guesses, critic, changed_after_critic), turns)
+        prompt = params["texts"]["feedback"].format(feedback=f"{keywords.feedback} {render_feedback(guess, colours)}")
+    return Outcome("lose", 0.0, _extra(guesses, critic, changed_after_critic), turns)
+
+
+def _extra(guesses: list[str], critic: Seat | None, changed: int) -> dict[str, float | None]:
+    extra: dict[str, float | None] = {"Guess Repetitions": float(len(guesses) - len(set(guesses)))}
+    if critic is not None:
+        extra["Change-Of-Opinion"] = float(changed)
+    return extra
