@@ -208,12 +208,14 @@ def test_models_list_shows_the_embedded_models() -> None:
 def test_scenarios_list_counts_instances() -> None:
     result = cli("scenarios", "list", "--json")
     assert result.returncode == 0, result.stderr
-    pingpong, simulatebench = json.loads(result.stdout)
+    pingpong, simulatebench, clembench = json.loads(result.stdout)
     assert pingpong["name"] == "pingpong"
     assert pingpong["instances"] == 8 * 8 * 2  # cards x situations per language, two languages
     assert set(pingpong["languages"]) == {"en", "de"}
     assert simulatebench["name"] == "simulatebench"
     assert simulatebench["instances"] == 6 * 5  # six characters, each with one variant per perturbable field
+    assert clembench["name"] == "clembench" and set(clembench["languages"]) == {"en", "de", "fr"}
+    assert clembench["default_run"] == 7 * 6  # --limit counts per game: six instances of each of seven games
 
 
 @pytest.mark.real_model
