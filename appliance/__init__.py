@@ -22,10 +22,19 @@ from appliance.judging.templates import (
 )
 from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels import LabelSet, read_labels
-from appliance.report import ConsistencyReport, Leaderboard, build_leaderboard, build_scenario_report
+from appliance.report import (
+    ClemReport,
+    ConsistencyReport,
+    Leaderboard,
+    build_clem_report,
+    build_leaderboard,
+    build_scenario_report,
+)
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner, RunSummary
 from appliance.scenarios import Instance, ScenarioFamily, family_names, load_family
+from appliance.scenarios.clembench.family import ClembenchFamily
+from appliance.scenarios.clembench.master import Outcome, Seat, Table
 from appliance.scheduler import Scheduler
 from appliance.store import Store
 
@@ -37,6 +46,8 @@ __all__ = [
     "BackendCounters",
     "CalibrationRequest",
     "Catalog",
+    "ClemReport",
+    "ClembenchFamily",
     "Completion",
     "ConsistencyReport",
     "EpisodeContext",
@@ -49,6 +60,7 @@ __all__ = [
     "LikertTemplate",
     "Message",
     "ModelSpec",
+    "Outcome",
     "PairVerdict",
     "PairwiseTemplate",
     "Panel",
@@ -62,9 +74,12 @@ __all__ = [
     "ScenarioFamily",
     "Scheduler",
     "ScriptedBackend",
+    "Seat",
     "Store",
+    "Table",
     "YesNoTemplate",
     "ask_judge",
+    "build_clem_report",
     "build_leaderboard",
     "build_scenario_report",
     "family_names",

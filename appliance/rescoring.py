@@ -44,7 +44,8 @@ class _StoredEpisode:
 
 
 def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_StoredEpisode]:
-    families = {family.name: family for family in (load_family(name) for name in config.scenarios)}
+    loaded = (load_family(name, seed=config.seed, store=store) for name in config.scenarios)
+    families = {family.name: family for family in loaded}
     instances = {(f.name, i.id): i for f in families.values() for i in f.instances()}
     rows = store.query(
         "SELECT episode_id, scenario, instance_id, player, seed FROM episodes "
@@ -54,6 +55,8 @@ def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_Stor
     episodes = []
     for episode_id, scenario, instance_id, player, seed in rows:
         family = families.get(str(scenario))
+        if family is not None and not family.judge_template:
+            continue  # a rule-scored family (clembench) has nothing for a panel to rescore
         instance = instances.get((str(scenario), str(instance_id)))
         if family is None or instance is None:
             raise ApplianceError(f"run '{run_id}': instance '{instance_id}' of '{scenario}' is no longer defined")

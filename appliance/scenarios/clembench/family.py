@@ -49,16 +49,20 @@ class ClembenchFamily:
     judge_template = ""
     calibrated_metric = ""
 
-    def __init__(self, instance_set: InstanceSet, data_folder: Path, name: str = "clembench") -> None:
+    def __init__(
+        self, instance_set: InstanceSet, data_folder: Path, name: str = "clembench", sources: list[Path] | None = None
+    ) -> None:
         self.name = name
         self.instance_set = instance_set
         self.data_folder = data_folder
+        #: instance files the run plays from (their hashes are recorded with the run)
+        self.sources = sources or []
 
     def instances(self) -> list[Instance]:
         return list(self.instance_set.instances)
 
     def data_files(self) -> list[Path]:
-        return sorted(self.data_folder.glob("*.toml"))
+        return [*sorted(self.data_folder.glob("*.toml")), *self.sources]
 
     def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
         """`limit` counts per game, spread over its experiments, so a short run still plays every game."""
@@ -104,9 +108,10 @@ def load_clembench(spec: str, data_folder: Path, *, seed: int, store: Store | No
         return ClembenchFamily(generate_instance_set(data_folder, seed), data_folder, spec)
     path = Path(source)
     if path.is_file() and path.name != "instances.json":
-        return ClembenchFamily(read_instance_set(path), data_folder, spec)
+        return ClembenchFamily(read_instance_set(path), data_folder, spec, [path])
     if path.exists():
-        return ClembenchFamily(read_published(path, data_folder), data_folder, spec)
+        files = [path] if path.is_file() else sorted(path.glob("*/instances.json"))
+        return ClembenchFamily(read_published(path, data_folder), data_folder, spec, files)
     payload = load_instance_set(store, source) if store is not None else None
     if payload is None:
         raise ApplianceError(f"scenario '{spec}': '{source}' is neither a file, a folder nor a stored instance set")
