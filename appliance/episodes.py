@@ -104,6 +104,22 @@ class EpisodeContext:
             self.record_message(role, target, completion)
         return completion
 
+    def record_note(self, speaker: str, text: str) -> None:
+        """A message no model wrote (e.g. a game master's prompt), so the transcript shows both sides."""
+        self.messages.append(
+            MessageRecord(
+                idx=len(self.messages),
+                speaker=speaker,
+                model="",
+                text=text,
+                prompt_tokens=0,
+                cached_prompt_tokens=0,
+                completion_tokens=0,
+                latency_s=0.0,
+                finish_reason="note",
+            )
+        )
+
     def record_message(self, speaker: str, model: str, completion: Completion) -> None:
         self.messages.append(
             MessageRecord(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.calibration.metrics import cohen_kappa
 from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
@@ -25,7 +26,7 @@ from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.grids import cell_f1, parse_grid
 from appliance.scenarios.clembench.instances import GAMES, ClemInstance
 from appliance.scenarios.clembench.master import Outcome, Table
-from appliance.scenarios.clembench.privateshared import cohen_kappa, parse_probe
+from appliance.scenarios.clembench.privateshared import parse_probe
 from appliance.scenarios.clembench.published import read_published
 from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.clembench.taboo import taboo_hits

@@ -154,7 +154,9 @@ def build_clem_report(store: Store, run_id: str, scenario: str) -> ClemReport:
                 player=player,
                 episodes=len(episodes),
                 failed=failed.get(player, 0),
-                games=[_game_figures(game, [r for r in episodes if r.game == game]) for game in figures.played],
+                games=[
+                    _game_figures(game, figures, [r for r in episodes if r.game == game]) for game in figures.played
+                ],
                 played=figures.average_played,
                 played_ci=intervals.get("played"),
                 quality=figures.average_quality,
@@ -167,7 +169,7 @@ def build_clem_report(store: Store, run_id: str, scenario: str) -> ClemReport:
     return ClemReport(run_id=run_id, scenario=scenario, status=str(run["status"]), rows=rows)
 
 
-def _game_figures(game: str, episodes: list[EpisodeResult]) -> GameFigures:
+def _game_figures(game: str, figures: Aggregate, episodes: list[EpisodeResult]) -> GameFigures:
     scores = [r.main_score for r in episodes if r.main_score is not None]
     aborted = sum(r.aborted for r in episodes)
     lost = sum(r.lost and not r.aborted for r in episodes)
@@ -177,8 +179,8 @@ def _game_figures(game: str, episodes: list[EpisodeResult]) -> GameFigures:
         aborted=aborted,
         lost=lost,
         won=len(episodes) - aborted - lost,
-        played=100 * (1 - aborted / len(episodes)),
-        quality=fmean(scores) if scores else None,
+        played=figures.played[game],
+        quality=figures.quality[game],
         quality_std=stdev(scores) if len(scores) > 1 else None,
         quality_ci=bootstrap_interval(scores),
     )

@@ -18,7 +18,7 @@ from appliance.scenarios.clembench.instances import (
     InstanceSet,
     read_instance_set,
 )
-from appliance.scenarios.clembench.master import Abort, Outcome, Table, episode_scores, note
+from appliance.scenarios.clembench.master import Abort, Outcome, Table, episode_scores
 from appliance.scenarios.clembench.published import read_published
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
@@ -38,7 +38,7 @@ async def play_game(table: Table, instance: ClemInstance) -> Outcome:
         if instance.game == "privateshared":
             return await privateshared.play(table, instance.params)
     except Abort as abort:
-        note(table.ctx, "gm", f"aborted: {abort}")
+        table.ctx.record_note("gm", f"aborted: {abort}")
         return Outcome.aborted()
     raise ValueError(f"unknown game '{instance.game}'")
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
-from appliance.store.records import MessageRecord, ScoreRecord
+from appliance.store.records import ScoreRecord
 
 RULES_PANEL = "rules"
 #: clembench's own metric names, kept verbatim so imported and native episodes aggregate alike
@@ -69,7 +69,7 @@ class Seat:
 
         `remember=False` asks a side question (a probe) that stays out of the history.
         """
-        note(self.ctx, f"gm>{self.name}", prompt)
+        self.ctx.record_note(f"gm>{self.name}", prompt)
         messages = [*self.history, Message(role="user", content=prompt)]
         self.requests.total += 1
         completion = await self.ctx.generate(
@@ -92,23 +92,6 @@ class Table:
     def seat(self, binding: str, name: str, max_tokens: int) -> Seat:
         """A role for the model bound to `binding` ("player" or "partner"), decoded greedily as clembench does."""
         return Seat(self.ctx, binding, name, Sampling(temperature=0.0, max_tokens=max_tokens), self.requests)
-
-
-def note(ctx: EpisodeContext, speaker: str, text: str) -> None:
-    """Store what the game master said, so the transcript shows both sides."""
-    ctx.messages.append(
-        MessageRecord(
-            idx=len(ctx.messages),
-            speaker=speaker,
-            model="",
-            text=text,
-            prompt_tokens=0,
-            cached_prompt_tokens=0,
-            completion_tokens=0,
-            latency_s=0.0,
-            finish_reason="game_master",
-        )
-    )
 
 
 Status = Literal["success", "lose", "aborted"]

@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.calibration.metrics import cohen_kappa
 from appliance.scenarios.clembench.master import Outcome, Seat, Table
-
-
-def cohen_kappa(gold: list[int], predicted: list[int]) -> float:
-    """Kappa of two binary labelings; 0 where chance agreement is total (no variation to agree on)."""
-    n = len(gold)
-    observed = sum(g == p for g, p in zip(gold, predicted, strict=True)) / n
-    expected = sum((gold.count(v) / n) * (predicted.count(v) / n) for v in (0, 1))
-    return 0.0 if expected == 1 else (observed - expected) / (1 - expected)
 
 
 def quality(slot_accuracy: float, kappa: float) -> float:
@@ -91,7 +84,7 @@ async def play(table: Table, params: dict[str, Any]) -> Outcome:
     gold = [g for g, _ in probes]
     answers = [a for _, a in probes]
     accuracy = sum(g == a for g, a in probes) / len(probes)
-    kappa = cohen_kappa(gold, answers)
+    kappa = cohen_kappa(gold, answers) or 0.0  # undefined (no variation to agree on) counts as none
     slot_accuracy = sum(filled) / len(filled)
     extra: dict[str, float | None] = {
         "Accuracy": accuracy,

@@ -37,9 +37,9 @@ def _score_files(path: Path) -> Iterator[tuple[PurePosixPath, bytes]]:
         raise ApplianceError(f"{path}: neither a folder nor a zip of clembench results")
 
 
-def _digest(path: Path) -> str:
+def _digest(files: list[tuple[PurePosixPath, bytes]]) -> str:
     digest = hashlib.sha256()
-    for name, content in _score_files(path):
+    for name, content in files:
         digest.update(str(name).encode())
         digest.update(content)
     return digest.hexdigest()
@@ -58,13 +58,14 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
     """(run id, episodes, newly imported); importing the same results twice reuses the first run."""
     if not path.exists():
         raise ApplianceError(f"{path}: not found")
-    run_id = f"clembench-import-{_digest(path)[:12]}"
+    files = list(_score_files(path))
+    run_id = f"clembench-import-{_digest(files)[:12]}"
     if store.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]):
         count = store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id])[0][0]
         return run_id, int(count), False
     episodes: list[EpisodeRecord] = []
     now = datetime.now(UTC).replace(tzinfo=None)
-    for name, content in _score_files(path):
+    for name, content in files:
         parts = name.parts
         if len(parts) < 5:
             raise ApplianceError(f"{path}: {name}: expected <players>/<game>/<experiment>/<episode>/scores.json")

@@ -130,11 +130,10 @@ async def play(table: Table, params: dict[str, Any], variant: str) -> Outcome:
     for attempt in range(1, attempts + 1):
         guess, explanation = await ask_for_guess(guesser, prompt, table.requests, game)
         if critic is not None:
-            opinion = params["critic_prompt"] if attempt == 1 else ""
-            review = (f"{opinion}\n\n" if opinion else "") + params["texts"]["to_critic"].format(
-                guess=guess, explanation=explanation
-            )
-            reply = await critic.ask(review.strip())
+            review = params["texts"]["to_critic"].format(guess=guess, explanation=explanation)
+            if attempt == 1 and params["critic_prompt"]:  # the critic's instructions open its conversation
+                review = f"{params['critic_prompt']}\n\n{review}"
+            reply = await critic.ask(review)
             try:
                 agreement, reason = parse_agreement(reply, keywords)
             except ValueError as broken:
