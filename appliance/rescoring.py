@@ -18,7 +18,7 @@ from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, derive_seed
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import BackendFactory, RunConfig, bind_role
+from appliance.runner import BackendFactory, RunConfig, bind_role, run_phases
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scheduler import Scheduler
@@ -43,10 +43,25 @@ class _StoredEpisode:
     messages: list[MessageRecord]
 
 
+def _playable(store: Store, run_id: str, config: RunConfig) -> dict[tuple[str, str], tuple[ScenarioFamily, Instance]]:
+    """(family name, instance id) -> the family (or stage) that plays it, and the instance.
+
+    A staged family's later stages rebuild their instances from the run's stored episodes.
+    """
+    playable: dict[tuple[str, str], tuple[ScenarioFamily, Instance]] = {}
+    for spec in config.scenarios:
+        family = load_family(spec, seed=config.seed, store=store)
+        for phase in run_phases([family]):
+            for stage in phase:
+                prepare = getattr(stage, "prepare", None)
+                if prepare is not None:
+                    prepare(store, run_id)
+                playable |= {(stage.name, instance.id): (stage, instance) for instance in stage.instances()}
+    return playable
+
+
 def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_StoredEpisode]:
-    loaded = (load_family(name, seed=config.seed, store=store) for name in config.scenarios)
-    families = {family.name: family for family in loaded}
-    instances = {(f.name, i.id): i for f in families.values() for i in f.instances()}
+    playable = _playable(store, run_id, config)
     rows = store.query(
         "SELECT episode_id, scenario, instance_id, player, seed FROM episodes "
         "WHERE run_id = ? AND status = 'finished' ORDER BY episode_id",
@@ -54,12 +69,12 @@ def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_Stor
     )
     episodes = []
     for episode_id, scenario, instance_id, player, seed in rows:
-        family = families.get(str(scenario))
-        if family is not None and not family.judge_template:
-            continue  # a rule-scored family (clembench) has nothing for a panel to rescore
-        instance = instances.get((str(scenario), str(instance_id)))
-        if family is None or instance is None:
+        found = playable.get((str(scenario), str(instance_id)))
+        if found is None:
             raise ApplianceError(f"run '{run_id}': instance '{instance_id}' of '{scenario}' is no longer defined")
+        family, instance = found
+        if not family.judge_template:
+            continue  # rule-scored (clembench) or a stage without verdicts to redo
         messages = store.episode_messages(str(episode_id))
         episodes.append(_StoredEpisode(str(episode_id), family, instance, str(player), int(seed), messages))
     return episodes
@@ -79,7 +94,9 @@ def rescore_run(
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no finished episodes to score")
-    calibrations = pick_calibrations(store, panel, list({e.family.name: e.family for e in episodes}.values()))
+    calibrations = pick_calibrations(
+        store, panel, list({e.family.name: e.family for e in episodes if e.family.calibrated_metric}.values())
+    )
     backends: dict[str, Backend] = {}
     try:
         for judge in panel.judges:
@@ -90,7 +107,11 @@ def rescore_run(
 
         async def one(episode: _StoredEpisode) -> None:
             nonlocal done
-            roles = {"player": bind_role(catalog, episode.player, "player")}
+            player, _, partner = episode.player.partition("--")  # "A--B" when B played the partner roles
+            roles = {
+                "player": bind_role(catalog, player, "player"),
+                "partner": bind_role(catalog, partner or player, "player"),
+            }
             roles |= {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in panel.judges}
             ctx = EpisodeContext(
                 episode_id=episode.episode_id,
@@ -103,7 +124,7 @@ def rescore_run(
                 await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
             scores = ctx.scores
             calibration = calibrations.get(episode.family.name)
-            if calibration is not None:
+            if calibration is not None and episode.family.calibrated_metric:
                 scores = apply_calibration(scores, ctx.judgments, calibration, episode.family.calibrated_metric)
             store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
             done += 1

@@ -28,7 +28,7 @@ from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed, pair_label
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
-from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.base import Instance, ScenarioFamily, StagedFamily
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
@@ -56,6 +56,8 @@ class RunConfig(BaseModel):
     turns: int | None = Field(default=None, ge=1)
     #: two-player games also pair every player with every other one, in both roles
     cross_play: bool = False
+    #: the fixed model that answers SimulBench's user agent while dialogues are collected (default: first player)
+    simulator: str | None = None
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
 
@@ -106,9 +108,34 @@ def instances_for_run(family: ScenarioFamily, limit: int | None, seed: int) -> l
     return list(select(family.instances(), limit, seed))
 
 
+def support_models(config: RunConfig) -> dict[str, str]:
+    """The model bound to each support role. The user agent is the run's model playing the user."""
+    return {
+        "interrogator": config.interrogator,
+        "user_agent": config.interrogator,
+        "simulator": config.simulator or config.players[0],
+    }
+
+
+def run_phases(families: list[ScenarioFamily]) -> list[list[ScenarioFamily]]:
+    """Families played in order: plain families all in the first phase; a staged family's stage k in phase k."""
+    phases: list[list[ScenarioFamily]] = [[]]
+    for family in families:
+        stages = family.stages() if isinstance(family, StagedFamily) else [family]
+        while len(phases) < len(stages):
+            phases.append([])
+        for phase, stage in zip(phases, stages, strict=False):
+            phase.append(stage)
+    return [phase for phase in phases if phase]
+
+
 def pairings(config: RunConfig, family: ScenarioFamily, instance: Instance) -> list[tuple[str, str]]:
     """(player, partner) pairs: self-play for everyone, and with `cross_play` every ordered pair of
-    distinct players in the games a family marks as two-player."""
+    distinct players in the games a family marks as two-player. A family may choose its own
+    (`pairings(players, support_models)`: SimulBench collects with one fixed simulator)."""
+    own = getattr(family, "pairings", None)
+    if own is not None:
+        return list(own(list(config.players), support_models(config)))
     pairs = [(player, player) for player in config.players]
     two_player = getattr(family, "two_player", None)
     if config.cross_play and two_player is not None and two_player(instance):
@@ -129,8 +156,8 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
 
 def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
     names = list(config.players)
-    if any("interrogator" in family.support_roles for family in families):
-        names.append(config.interrogator)
+    supporting = support_models(config)
+    names += [supporting[role] for family in families for role in family.support_roles]
     if any(family.judge_template for family in families):  # rule-scored families need no judge
         names.extend(config.panel.judges)
     return list(dict.fromkeys(names))
@@ -211,25 +238,35 @@ class Runner:
             picked = pick_calibrations(self.store, config.panel, families)
             config = config.model_copy(update={"calibrations": {f: r.calibration_id for f, r in picked.items()}})
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
-        planned = plan_episodes(run_id, config, families)
+        phases = run_phases(families)
+        every_family = [family for phase in phases for family in phase]
         done = self.store.finished_episode_ids(run_id) if resume else set()
-        todo = [episode for episode in planned if episode.episode_id not in done]
+        first_plan = plan_episodes(run_id, config, self._prepared(phases[0], run_id))
+        todo = [episode for episode in first_plan if episode.episode_id not in done]
+        planned_total = skipped = 0
+        records: list[EpisodeRecord] = []
         backends: dict[str, Backend] = {}
         try:
-            if todo:
-                for name in models_needed(config, families):
+            if todo or len(phases) > 1:
+                for name in models_needed(config, every_family):
                     backends[name] = self.backend_factory(
                         self.catalog, self.catalog.get(name), parallel=config.parallel
                     )
             if resume is None:
-                self._record_run(run_id, config, families)
-            if on_plan is not None:
-                on_plan(run_id, len(todo))
+                self._record_run(run_id, config, every_family)
             status = "failed"
-            records: list[EpisodeRecord] = []
             try:
-                if todo:
-                    records = asyncio.run(self._play_all(todo, config, backends, on_episode))
+                for index, phase in enumerate(phases):
+                    planned = first_plan
+                    if index > 0:
+                        planned = plan_episodes(run_id, config, self._prepared(phase, run_id))
+                        todo = [episode for episode in planned if episode.episode_id not in done]
+                    planned_total += len(planned)
+                    skipped += len(planned) - len(todo)
+                    if on_plan is not None:
+                        on_plan(run_id, planned_total - skipped)
+                    if todo:
+                        records += asyncio.run(self._play_all(todo, config, backends, on_episode))
                 status = "finished"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -243,8 +280,8 @@ class Runner:
         finished = sum(1 for record in records if record.status == "finished")
         return RunSummary(
             run_id=run_id,
-            episodes_total=len(planned),
-            episodes_skipped=len(planned) - len(todo),
+            episodes_total=planned_total,
+            episodes_skipped=skipped,
             episodes_finished=finished,
             episodes_failed=len(records) - finished,
             wall_s=time.perf_counter() - started,
@@ -252,6 +289,14 @@ class Runner:
             cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
             completion_tokens=sum(c.completion_tokens for c in counters),
         )
+
+    def _prepared(self, phase: list[ScenarioFamily], run_id: str) -> list[ScenarioFamily]:
+        """Stages that build their instances from earlier stages' stored episodes read them now."""
+        for family in phase:
+            prepare = getattr(family, "prepare", None)
+            if prepare is not None:
+                prepare(self.store, run_id)
+        return phase
 
     async def _play_all(
         self,
@@ -279,8 +324,9 @@ class Runner:
         roles = {
             "player": self._binding(planned.player, "player"),
             "partner": self._binding(planned.partner, "player"),
-            "interrogator": self._binding(config.interrogator, "interrogator"),
         }
+        for role, model in support_models(config).items():
+            roles[role] = self._binding(model, role)
         for judge in config.panel.judges:
             roles[f"judge:{judge}"] = self._binding(judge, "judge")
         ctx = EpisodeContext(
@@ -302,7 +348,7 @@ class Runner:
             error = f"{type(failure).__name__}: {failure}"
         scores = ctx.scores
         calibration = self._calibrations.get(planned.family.name)
-        if calibration is not None and error is None:
+        if calibration is not None and error is None and planned.family.calibrated_metric:
             scores = apply_calibration(scores, ctx.judgments, calibration, planned.family.calibrated_metric)
         return EpisodeRecord(
             episode_id=planned.episode_id,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -38,7 +39,7 @@ from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root, scenarios_dir  # noqa: E402
 from appliance.report import build_scenario_report  # noqa: E402
-from appliance.runner import RunConfig, Runner, instances_for_run  # noqa: E402
+from appliance.runner import RunConfig, Runner, instances_for_run, support_models  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
 from appliance.scenarios.clembench.instances import InstanceSet  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
@@ -63,7 +64,13 @@ def run(
         list[str] | None, typer.Option("--scenario", help="scenario families (default: pingpong)")
     ] = None,
     players: Annotated[list[str] | None, typer.Option("--players", help="models under test (comma-separated)")] = None,
-    interrogator: Annotated[str | None, typer.Option(help="model playing the user")] = None,
+    interrogator: Annotated[
+        str | None, typer.Option(help="model playing the user (PingPong's interrogator, SimulBench's user agent)")
+    ] = None,
+    simulator: Annotated[
+        str | None, typer.Option(help="SimulBench: the fixed model the user agent talks to (default: first player)")
+    ] = None,
+    turns: Annotated[int | None, typer.Option(min=1, help="cap on conversation turns per episode")] = None,
     panel: PanelOption = "default",
     seed: Annotated[int, typer.Option(help="run seed: instance sample and every request's seed")] = 0,
     limit: Annotated[int, typer.Option(min=1, help="instances per scenario")] = DEFAULT_SUITE_LIMIT,
@@ -97,8 +104,10 @@ def run(
                 parallel=parallel,
                 models_file=str(catalog.source),
                 cross_play=cross_play,
+                simulator=simulator,
+                turns=turns,
             )
-        for name in [*config.players, config.interrogator, *config.panel.judges]:
+        for name in [*config.players, config.interrogator, *support_models(config).values(), *config.panel.judges]:
             catalog.get(name)
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
         runner = Runner(catalog, store)
@@ -378,6 +387,48 @@ def import_clembench_results(
         run_id, episodes, new = import_results(store, path)
     state = "imported" if new else "already imported"
     console.print(f"{state}: {episodes} episodes as run {run_id}; see them with: appliance report {run_id}")
+
+
+@import_app.command("simulbench-tasks")
+def import_simulbench_tasks(
+    path: Annotated[Path, typer.Argument(help="SimulBench's simulbench_tasks.jsonl")],
+    name: Annotated[str, typer.Option(help="the stored set's name")] = "simulbench-tasks",
+    db: DbOption = None,
+) -> None:
+    """Store SimulBench's published tasks; run all three stages on them with --scenario simulbench:NAME."""
+    from appliance.scenarios.simulbench.tasks import read_published_tasks
+
+    task_set = read_published_tasks(path).model_copy(update={"name": name})
+    _store_simulbench_set(name, str(path), len(task_set.tasks), task_set.model_dump(mode="json"), "tasks", db)
+
+
+@import_app.command("simulbench-scripts")
+def import_simulbench_scripts(
+    path: Annotated[Path, typer.Argument(help="SimulBench's simulbench_all.jsonl (test scripts)")],
+    name: Annotated[str, typer.Option(help="the stored set's name")] = "simulbench-scripts",
+    db: DbOption = None,
+) -> None:
+    """Store SimulBench's published test scripts; evaluate them with --scenario simulbench:NAME [--limit N]."""
+    from appliance.scenarios.simulbench.scripts import read_published_scripts
+
+    script_set = read_published_scripts(path).model_copy(update={"name": name})
+    kinds = Counter(script.kind for script in script_set.scripts)
+    summary = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    count = len(script_set.scripts)
+    _store_simulbench_set(name, str(path), count, script_set.model_dump(mode="json"), f"scripts ({summary})", db)
+
+
+def _store_simulbench_set(
+    name: str, source: str, count: int, payload: dict[str, Any], what: str, db: Path | None
+) -> None:
+    from appliance.store.instance_sets import write_instance_set
+
+    with Store.open(db) as store:
+        new = write_instance_set(
+            store, name=name, family="simulbench", source=source, seed=None, count=count, payload=payload
+        )
+    console.print(f"{'stored' if new else 'already stored:'} {count} {what} as '{name}'")
+    console.print(f"run them with: appliance run --scenario simulbench:{name} --limit 5")
 
 
 @import_app.command("pingpong-settings")

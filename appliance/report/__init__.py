@@ -1,9 +1,10 @@
-"""Reports computed from the store: leaderboards and consistency reports with bootstrap intervals."""
+"""Reports computed from the store, one kind per family, all with bootstrap intervals."""
 
 from appliance.report.clemscore import ClemReport, ClemRow, build_clem_report
 from appliance.report.consistency import ConsistencyReport, ConsistencyRow, build_consistency_report
 from appliance.report.leaderboard import Leaderboard, LeaderboardRow, build_leaderboard
 from appliance.report.scenario import ScenarioReport, build_scenario_report
+from appliance.report.simulbench import SimulReport, build_simulbench_report
 
 __all__ = [
     "ClemReport",
@@ -13,8 +14,10 @@ __all__ = [
     "Leaderboard",
     "LeaderboardRow",
     "ScenarioReport",
+    "SimulReport",
     "build_clem_report",
     "build_consistency_report",
     "build_leaderboard",
     "build_scenario_report",
+    "build_simulbench_report",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -49,3 +49,18 @@ class ScenarioFamily(Protocol):
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Judge the transcript in `ctx.messages` (also used to rescore a stored run with another panel)."""
         ...
+
+
+@runtime_checkable
+class StagedFamily(Protocol):
+    """A family played as a pipeline of stages (SimulBench: collect, extract, evaluate, compare).
+
+    Each stage is a `ScenarioFamily` whose episodes the runner plays after
+    those of the stage before it; a stage that builds its instances from
+    earlier stages' stored episodes defines `prepare(store, run_id)`, which the
+    runner calls before planning it (also on resume, so every stage resumes).
+    """
+
+    name: str
+
+    def stages(self) -> list[ScenarioFamily]: ...

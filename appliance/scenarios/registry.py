@@ -11,7 +11,7 @@ from appliance.store import Store
 
 
 def family_names() -> list[str]:
-    return ["pingpong", "simulatebench", "clembench"]
+    return ["pingpong", "simulatebench", "clembench", "simulbench"]
 
 
 def load_family(
@@ -34,6 +34,10 @@ def load_family(
         from appliance.scenarios.clembench.family import load_clembench
 
         return load_clembench(spec, root / "clembench", seed=seed, store=store)
+    if name == "simulbench":
+        from appliance.scenarios.simulbench.family import load_simulbench
+
+        return load_simulbench(spec, root / "simulbench", judges, store=store)
     if name == "pingpong":
         from appliance.scenarios.pingpong import PingPongFamily
 

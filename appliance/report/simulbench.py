@@ -1,0 +1,190 @@
+"""The SimulBench report: 1-10 ratings per target on all scripts and the hard subset, broken down by
+task type, script kind and turn, the pairwise win/tie/lose table, and what collection produced.
+
+Intervals are percentile bootstraps over scripts. Pairwise rates follow the
+paper's table: win, tie and lose as % of the compared scripts, from the first
+model's point of view, and delta = win - lose.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from statistics import mean
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from appliance.report.bootstrap import bootstrap_interval
+from appliance.store import Store
+
+KIND_ORDER = ("LastOnly", "FirstChan", "SubseqChan")
+HARD_KINDS = frozenset({"FirstChan", "SubseqChan"})
+
+
+class Cell(BaseModel):
+    mean: float | None
+    ci: tuple[float, float] | None
+    n: int
+
+
+class TargetRow(BaseModel):
+    player: str
+    all: Cell
+    hard: Cell
+    by_task_type: dict[str, Cell]
+    by_kind: dict[str, Cell]
+    by_turn: dict[str, Cell]
+    #: scripts without a rating: the episode failed or no judge's verdict parsed
+    unrated: int
+
+
+class PairRow(BaseModel):
+    first: str
+    second: str
+    subset: Literal["all", "hard"]
+    compared: int
+    win: float
+    tie: float
+    lose: float
+    delta: float
+    #: pairs where no judge gave a verdict in both orders
+    undecided: int
+
+
+class Collection(BaseModel):
+    dialogues: int
+    mean_turns: float | None
+    agent_rejections: int
+    strategies: dict[str, int]
+    scripts: dict[str, int]
+
+
+class SimulReport(BaseModel):
+    kind: Literal["simulbench"] = "simulbench"
+    run_id: str
+    scenario: str
+    status: str
+    panel: str
+    rows: list[TargetRow]
+    pairs: list[PairRow]
+    collection: Collection | None
+
+
+def _cell(values: list[float]) -> Cell:
+    return Cell(mean=mean(values) if values else None, ci=bootstrap_interval(values), n=len(values))
+
+
+def _episodes(store: Store, run_id: str, scenario: str, stage: str, metric: str, panel: str) -> list[Any]:
+    return store.query(
+        """
+        SELECT e.player, e.status, e.metadata, s.value
+        FROM episodes e
+        LEFT JOIN scores s ON s.episode_id = e.episode_id AND s.metric = ? AND s.panel = ?
+        WHERE e.run_id = ? AND e.scenario = ? AND e.instance_id LIKE ?
+        ORDER BY e.instance_id
+        """,
+        [metric, panel, run_id, scenario, f"{stage}/%"],
+    )
+
+
+def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulReport:
+    run = store.run(run_id)
+    panel_name = panel or str(run["config"]["panel"]["name"])
+    rated: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+    unrated: Counter[str] = Counter()
+    for player, status, metadata, value in _episodes(store, run_id, scenario, "evaluate", "rating", panel_name):
+        if status != "finished" or value is None:
+            unrated[player] += 1
+            continue
+        rated[player].append((json.loads(metadata), float(value)))
+    rows = [_target_row(player, rated[player], unrated[player]) for player in sorted({*rated, *unrated})]
+    return SimulReport(
+        run_id=run_id,
+        scenario=scenario,
+        status=str(run["status"]),
+        panel=panel_name,
+        rows=rows,
+        pairs=_pair_rows(_episodes(store, run_id, scenario, "compare", "pair_outcome", panel_name)),
+        collection=_collection(store, run_id, scenario),
+    )
+
+
+def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrated: int) -> TargetRow:
+    def grouped(key: str, order: tuple[str, ...] = ()) -> dict[str, Cell]:
+        groups: dict[str, list[float]] = defaultdict(list)
+        for metadata, value in results:
+            groups[str(metadata.get(key, "?"))].append(value)
+        names = [n for n in order if n in groups] + sorted(n for n in groups if n not in order)
+        return {name: _cell(groups[name]) for name in names}
+
+    return TargetRow(
+        player=player,
+        all=_cell([value for _, value in results]),
+        hard=_cell([value for metadata, value in results if metadata.get("kind") in HARD_KINDS]),
+        by_task_type=grouped("task_type", ("stateless", "stateful")),
+        by_kind=grouped("kind", KIND_ORDER),
+        by_turn=grouped("turn", tuple(str(t) for t in range(1, 20))),
+        unrated=unrated,
+    )
+
+
+def _pair_rows(rows: list[Any]) -> list[PairRow]:
+    outcomes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    undecided: Counter[tuple[str, str]] = Counter()
+    for label, status, metadata, value in rows:
+        first, _, second = str(label).partition("--")
+        subsets = ["all", "hard"] if json.loads(metadata).get("kind") in HARD_KINDS else ["all"]
+        for subset in subsets:
+            if status != "finished" or value is None:
+                undecided[(f"{first}--{second}", subset)] += 1
+            else:
+                outcomes[(f"{first}--{second}", subset)].append(float(value))
+    pairs = []
+    for key in sorted({*outcomes, *undecided}):
+        label, subset = key
+        first, _, second = label.partition("--")
+        values = outcomes[key]
+        win, tie, lose = (_percent(values, outcome) for outcome in (1.0, 0.0, -1.0))
+        pairs.append(
+            PairRow(
+                first=first,
+                second=second,
+                subset="hard" if subset == "hard" else "all",
+                compared=len(values),
+                win=win,
+                tie=tie,
+                lose=lose,
+                delta=win - lose,
+                undecided=undecided[key],
+            )
+        )
+    return pairs
+
+
+def _percent(values: list[float], outcome: float) -> float:
+    return 100.0 * sum(value == outcome for value in values) / len(values) if values else 0.0
+
+
+def _collection(store: Store, run_id: str, scenario: str) -> Collection | None:
+    collected = store.query(
+        "SELECT metadata FROM episodes WHERE run_id = ? AND scenario = ? AND status = 'finished' "
+        "AND instance_id LIKE 'collect/%'",
+        [run_id, scenario],
+    )
+    if not collected:
+        return None
+    dialogues = [json.loads(metadata) for (metadata,) in collected]
+    extracted = store.query(
+        "SELECT metadata FROM episodes WHERE run_id = ? AND scenario = ? AND status = 'finished' "
+        "AND instance_id LIKE 'extract/%'",
+        [run_id, scenario],
+    )
+    kinds = Counter(script["kind"] for (metadata,) in extracted for script in json.loads(metadata).get("scripts", []))
+    return Collection(
+        dialogues=len(dialogues),
+        mean_turns=mean(len(d.get("turns", [])) for d in dialogues),
+        agent_rejections=sum(int(d.get("agent_failures", 0)) for d in dialogues),
+        strategies=dict(Counter(s for d in dialogues for s in d.get("strategies", []))),
+        scripts={kind: kinds[kind] for kind in KIND_ORDER},
+    )

@@ -1,0 +1,1 @@
+"""SimulBench: a user agent drives simulation tasks; challenging test scripts are extracted and judged."""

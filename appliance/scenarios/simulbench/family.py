@@ -1,0 +1,145 @@
+"""SimulBench as a staged scenario family, and where its tasks or scripts come from.
+
+`simulbench` collects dialogues on our tasks (scenarios/simulbench/*.toml);
+`simulbench:SOURCE` uses SimulBench's published tasks or scripts, from a JSONL
+file or from a set stored by `appliance import simulbench-tasks|simulbench-scripts`.
+Tasks run all stages; scripts only evaluate and compare.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError
+from appliance.judging.templates import (
+    JudgeTemplate,
+    PairwiseTemplate,
+    RatingTemplate,
+    YesNoTemplate,
+    load_judge_template,
+)
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
+from appliance.scenarios.simulbench.stages import CollectStage, CompareStage, EvaluateStage, ExtractStage
+from appliance.scenarios.simulbench.tasks import (
+    TASK_SET_FORMAT,
+    SimulTask,
+    TaskSet,
+    load_task_folder,
+    read_jsonl,
+    read_published_tasks,
+)
+from appliance.scenarios.simulbench.user_agent import SimulSettings
+from appliance.store import Store
+from appliance.store.instance_sets import load_instance_set
+
+TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate)
+TEMPLATES = ("challenging_turn", "simulbench_rating", "pairwise_preference")
+
+
+class SimulBenchFamily:
+    description = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
+    judge_template = "simulbench_rating"
+    calibrated_metric = "rating"
+
+    def __init__(
+        self,
+        name: str,
+        settings: SimulSettings,
+        templates: dict[str, JudgeTemplate],
+        files: list[Path],
+        *,
+        tasks: list[SimulTask] | None = None,
+        scripts: list[TestScript] | None = None,
+    ) -> None:
+        if (tasks is None) == (scripts is None):
+            raise ValueError("SimulBench needs either tasks or scripts")
+        self.name = name
+        self.files = files
+        self.tasks = tasks
+        self.support_roles: tuple[str, ...] = ("user_agent", "simulator") if tasks is not None else ()
+        evaluate = EvaluateStage(name, settings, files, _as(templates["simulbench_rating"], RatingTemplate), scripts)
+        compare = CompareStage(name, settings, files, _as(templates["pairwise_preference"], PairwiseTemplate), evaluate)
+        self._stages: list[CollectStage | ExtractStage | EvaluateStage | CompareStage] = [evaluate, compare]
+        if tasks is not None:
+            challenge = _as(templates["challenging_turn"], YesNoTemplate)
+            self._stages = [
+                CollectStage(name, settings, files, tasks),
+                ExtractStage(name, settings, files, tasks, challenge),
+                *self._stages,
+            ]
+
+    def stages(self) -> list[ScenarioFamily]:
+        return list(self._stages)
+
+    def instances(self) -> list[Instance]:
+        """The first stage's instances: task dialogues to collect, or imported scripts."""
+        return self._stages[0].instances()
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        return self._stages[0].select_instances(instances, limit, seed)
+
+    def data_files(self) -> list[Path]:
+        return list(self.files)
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        await self._stage_for(instance).play(ctx, instance, judges, panel)
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        await self._stage_for(instance).judge(ctx, instance, judges, panel)
+
+    def _stage_for(self, instance: Instance) -> ScenarioFamily:
+        prefix = instance.id.partition("/")[0]
+        for stage in self._stages:
+            if stage.stage == prefix:
+                return stage
+        raise ValueError(f"no SimulBench stage plays instance '{instance.id}'")
+
+
+def _as(template: JudgeTemplate, kind: type[TemplateT]) -> TemplateT:
+    if not isinstance(template, kind):
+        raise ApplianceError(f"judges/{template.name}.toml: field 'mode' does not suit SimulBench ({template.mode})")
+    return template
+
+
+def load_simulbench(spec: str, data_folder: Path, judges_folder: Path, *, store: Store | None) -> SimulBenchFamily:
+    """`simulbench` (our tasks) or `simulbench:SOURCE`: a tasks or scripts JSONL file, a folder of task
+    TOML files, or the name of a set stored by `appliance import`."""
+    _, _, source = spec.partition(":")
+    path = Path(source) if source else data_folder
+    # a task folder may carry its own prompts.toml (e.g. shorter dialogues); otherwise ours applies
+    prompts = (
+        path / "prompts.toml" if path.is_dir() and (path / "prompts.toml").is_file() else data_folder / "prompts.toml"
+    )
+    settings = SimulSettings.load(prompts)
+    templates = {name: load_judge_template(judges_folder / f"{name}.toml") for name in TEMPLATES}
+    files = [prompts, *(judges_folder / f"{name}.toml" for name in TEMPLATES)]
+    if path.is_dir():
+        tasks = load_task_folder(path)
+        task_files = [f for f in sorted(path.glob("*.toml")) if f != prompts]
+        return SimulBenchFamily(spec, settings, templates, [*files, *task_files], tasks=tasks)
+    if path.is_file():
+        loaded = read_simulbench_file(path)
+        if isinstance(loaded, TaskSet):
+            return SimulBenchFamily(spec, settings, templates, [*files, path], tasks=loaded.tasks)
+        return SimulBenchFamily(spec, settings, templates, [*files, path], scripts=loaded.scripts)
+    payload = load_instance_set(store, source) if store is not None else None
+    if payload is None:
+        raise ApplianceError(f"scenario '{spec}': '{source}' is neither a file, a folder nor a stored set")
+    if payload.get("format") == TASK_SET_FORMAT:
+        return SimulBenchFamily(spec, settings, templates, files, tasks=TaskSet.model_validate(payload).tasks)
+    if payload.get("format") == SCRIPT_SET_FORMAT:
+        return SimulBenchFamily(spec, settings, templates, files, scripts=ScriptSet.model_validate(payload).scripts)
+    raise ApplianceError(f"scenario '{spec}': stored set '{source}' holds no SimulBench tasks or scripts")
+
+
+def read_simulbench_file(path: Path) -> TaskSet | ScriptSet:
+    """SimulBench's published JSONL: scripts carry a dialogue_history, tasks do not."""
+    first = read_jsonl(path, "SimulBench records")[0]
+    if "dialogue_history" in first:
+        return read_published_scripts(path)
+    if "task_description" in first:
+        return read_published_tasks(path)
+    raise ApplianceError(f"{path}: neither SimulBench tasks (task_description) nor scripts (dialogue_history)")

@@ -1,0 +1,387 @@
+"""SimulBench's pipeline as four stages, each a scenario family whose episodes the runner stores.
+
+collect  (task x dialogue)  the user agent talks to the fixed simulator for up to 4 turns
+extract  (dialogue)         the panel marks challenging turns; the dialogue's test scripts
+evaluate (script x target)  the target answers the script's last request; the panel rates it 1-10
+compare  (script x pair)    the panel compares two targets' answers in both orders
+
+Later stages read earlier stages' episodes of the same run in `prepare`, so a
+killed run resumes at any stage. Imported scripts skip the first two stages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from appliance.engine.types import Message, Sampling
+from appliance.episodes import EpisodeContext, EpisodeFailed, pair_label
+from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
+from appliance.judging.verdicts import ask_judge, judge_pair
+from appliance.scenarios.base import Instance
+from appliance.scenarios.simulbench.scripts import DialogueTurn, TestScript, extract_scripts
+from appliance.scenarios.simulbench.tasks import SimulTask
+from appliance.scenarios.simulbench.user_agent import (
+    SimulSettings,
+    StrategyError,
+    StrategyReply,
+    parse_strategy_reply,
+    strategy_grammar,
+    user_agent_messages,
+)
+from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_scores, rating_scores
+from appliance.store import Store
+from appliance.store.records import MessageRecord
+
+#: user agent attempts per turn before the dialogue ends early
+AGENT_ATTEMPTS = 2
+
+
+class CollectInstance(Instance):
+    task: SimulTask
+    dialogue: int
+
+    def describe(self) -> dict[str, str]:
+        return {"stage": "collect", "task": self.task.id, "task_type": self.task.type}
+
+
+class ExtractInstance(Instance):
+    task: SimulTask
+    dialogue_id: str
+    turns: list[DialogueTurn]
+
+    def describe(self) -> dict[str, str]:
+        return {"stage": "extract", "task": self.task.id, "task_type": self.task.type}
+
+
+class ScriptInstance(Instance):
+    script: TestScript
+
+    def describe(self) -> dict[str, str]:
+        script = self.script
+        return {
+            "stage": "evaluate",
+            "script": script.id,
+            "task": script.task.id,
+            "task_type": script.task.type,
+            "kind": script.kind,
+            "turn": str(script.turn),
+        }
+
+
+class CompareInstance(ScriptInstance):
+    def describe(self) -> dict[str, str]:
+        return {**super().describe(), "stage": "compare"}
+
+
+class _Stage:
+    """What every stage shares: the family's name, data files and settings."""
+
+    description = "a stage of SimulBench"
+    #: the instance id prefix of the stage's episodes
+    stage = ""
+    support_roles: tuple[str, ...] = ()
+    judge_template = ""
+    calibrated_metric = ""
+
+    def __init__(self, name: str, settings: SimulSettings, files: list[Path]) -> None:
+        self.name = name
+        self.settings = settings
+        self.files = files
+        self._instances: list[Instance] = []
+
+    def instances(self) -> list[Instance]:
+        return list(self._instances)
+
+    def data_files(self) -> list[Path]:
+        return list(self.files)
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """Later stages take everything the stage before them produced (`--limit` chose the tasks)."""
+        return list(instances)
+
+    def _finished(self, store: Store, run_id: str, stage: str) -> list[tuple[str, dict[str, Any]]]:
+        """(instance id, metadata) of this run's finished episodes of `stage`."""
+        rows = store.query(
+            "SELECT instance_id, metadata FROM episodes WHERE run_id = ? AND scenario = ? "
+            "AND status = 'finished' AND instance_id LIKE ? ORDER BY instance_id",
+            [run_id, self.name, f"{stage}/%"],
+        )
+        return [(str(instance_id), json.loads(metadata)) for instance_id, metadata in rows]
+
+
+def simulator_pairing(players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
+    """Collection and extraction are played by the one fixed simulator, whatever the players."""
+    return [(support["simulator"], support["simulator"])]
+
+
+class CollectStage(_Stage):
+    stage = "collect"
+    support_roles: tuple[str, ...] = ("user_agent", "simulator")
+
+    def __init__(self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask]) -> None:
+        super().__init__(name, settings, files)
+        self._instances = [
+            CollectInstance(id=f"collect/{task.id}/d{k}", task=task, dialogue=k)
+            for task in tasks
+            for k in range(settings.dialogues_per_task)
+        ]
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """`--limit` counts tasks (a seeded sample); every dialogue of a chosen task is collected."""
+        task_ids = list(dict.fromkeys(i.task.id for i in instances if isinstance(i, CollectInstance)))
+        random.Random(seed).shuffle(task_ids)
+        chosen = set(task_ids if limit is None else task_ids[:limit])
+        return [i for i in instances if isinstance(i, CollectInstance) and i.task.id in chosen]
+
+    pairings = staticmethod(simulator_pairing)
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, CollectInstance)
+        max_turns = min(self.settings.max_turns, ctx.max_turns or self.settings.max_turns)
+        turns, failures = await collect_dialogue(ctx, self.settings, instance.task, max_turns)
+        ctx.metadata["turns"] = [turn.model_dump() for turn in turns]
+        ctx.metadata["strategies"] = [turn.strategy for turn in turns[1:]]
+        ctx.metadata["agent_failures"] = failures
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Collection has no verdicts."""
+
+
+async def collect_dialogue(
+    ctx: EpisodeContext, settings: SimulSettings, task: SimulTask, max_turns: int
+) -> tuple[list[DialogueTurn], int]:
+    """The opening, then the user agent's requests, each answered by the simulator; returns the turns
+    and how many user agent replies were rejected. Both conversations keep their KV between turns."""
+    simulator = Sampling(temperature=settings.simulator_temperature, max_tokens=settings.simulator_max_tokens)
+    opening = task.opening(settings.opening)
+    ctx.record_note("user", opening)
+    history = [Message(role="user", content=opening)]
+    reply = await ctx.generate("simulator", history, sampling=simulator)
+    turns = [DialogueTurn(request=opening, reply=reply.text, strategy="opening")]
+    failures = 0
+    while len(turns) < max_turns:
+        choice, rejected = await next_request(ctx, settings, task, turns)
+        failures += rejected
+        if choice is None:
+            ctx.record_note("gm", f"dialogue ended after turn {len(turns)}: the user agent gave no valid request")
+            break
+        history += [Message(role="assistant", content=reply.text), Message(role="user", content=choice.request)]
+        ctx.record_note("user", choice.request)
+        reply = await ctx.generate("simulator", history, sampling=simulator)
+        turns.append(DialogueTurn(request=choice.request, reply=reply.text, strategy=choice.strategy))
+    return turns, failures
+
+
+async def next_request(
+    ctx: EpisodeContext, settings: SimulSettings, task: SimulTask, turns: list[DialogueTurn]
+) -> tuple[StrategyReply | None, int]:
+    """The user agent's strategy and request; each rejected reply is noted in the transcript."""
+    sampling = Sampling(temperature=settings.user_agent_temperature, max_tokens=settings.user_agent_max_tokens)
+    grammar = strategy_grammar(settings.request_max_chars)
+    messages = user_agent_messages(settings, task, turns)
+    for attempt in range(AGENT_ATTEMPTS):
+        completion = await ctx.generate("user_agent", messages, sampling=sampling, grammar=grammar)
+        try:
+            return parse_strategy_reply(completion.text), attempt
+        except StrategyError as error:
+            ctx.record_note("gm", f"user agent reply rejected ({error})")
+    return None, AGENT_ATTEMPTS
+
+
+class ExtractStage(_Stage):
+    stage = "extract"
+    """Not rescored by `appliance score`: the scripts it extracts define what the later stages evaluate."""
+
+    def __init__(
+        self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask], template: YesNoTemplate
+    ) -> None:
+        super().__init__(name, settings, files)
+        self.tasks = {task.id: task for task in tasks}
+        self.template = template
+
+    pairings = staticmethod(simulator_pairing)
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        self._instances = []
+        for instance_id, metadata in self._finished(store, run_id, "collect"):
+            task = self.tasks[str(metadata["task"])]
+            turns = [DialogueTurn.model_validate(turn) for turn in metadata.get("turns", [])]
+            dialogue_id = instance_id.removeprefix("collect/")
+            self._instances.append(
+                ExtractInstance(id=f"extract/{dialogue_id}", task=task, dialogue_id=dialogue_id, turns=turns)
+            )
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        await self.judge(ctx, instance, judges, panel)
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Every judge checks every turn at once; the first turn a majority marks is the first challenging one."""
+        assert isinstance(instance, ExtractInstance)
+        task = instance.task
+        checks = []
+        for number, turn in enumerate(instance.turns, start=1):
+            scripts_so_far = extract_scripts(task, instance.dialogue_id, instance.turns[:number], None)
+            variables = {
+                "task": task.summary(),
+                "history": scripts_so_far[0].earlier_turns(),
+                "request": turn.request,
+                "reply": turn.reply,
+            }
+            checks += [
+                ask_judge(ctx, self.template, variables, judge_model=judge, panel=panel, target_idx=number)
+                for judge in judges
+            ]
+        await asyncio.gather(*checks)
+        first = first_challenging_turn(ctx.judgments, len(instance.turns))
+        scripts = extract_scripts(task, instance.dialogue_id, instance.turns, first)
+        ctx.metadata["first_challenging_turn"] = first or 0
+        ctx.metadata["scripts"] = [script.model_dump(mode="json") for script in scripts]
+
+
+class EvaluateStage(_Stage):
+    stage = "evaluate"
+    judge_template = "simulbench_rating"
+    calibrated_metric = "rating"
+
+    def __init__(
+        self,
+        name: str,
+        settings: SimulSettings,
+        files: list[Path],
+        template: RatingTemplate,
+        scripts: list[TestScript] | None,
+    ) -> None:
+        """`scripts` None: the scripts this run's extract stage produced; otherwise imported ones."""
+        super().__init__(name, settings, files)
+        self.template = template
+        self.from_run = scripts is None
+        self.scripts = scripts or []
+        self._instances = [ScriptInstance(id=f"evaluate/{s.id}", script=s) for s in self.scripts]
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """Imported scripts: `--limit` is a seeded sample of them; extracted ones are all evaluated."""
+        if self.from_run or limit is None:
+            return list(instances)
+        chosen = list(instances)
+        random.Random(seed).shuffle(chosen)
+        return chosen[:limit]
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        if not self.from_run:
+            return
+        self.scripts = [
+            TestScript.model_validate(script)
+            for _, metadata in self._finished(store, run_id, "extract")
+            for script in metadata.get("scripts", [])
+        ]
+        self._instances = [ScriptInstance(id=f"evaluate/{s.id}", script=s) for s in self.scripts]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """The target answers the last request greedily, given the script's history; the history is kept
+        as notes so the stored transcript reads whole."""
+        assert isinstance(instance, ScriptInstance)
+        script = instance.script
+        for turn in script.history:
+            ctx.record_note(turn.role, turn.content)
+        sampling = Sampling(temperature=0.0, max_tokens=self.settings.simulator_max_tokens)
+        await ctx.generate("player", script.messages(), sampling=sampling)
+        await self.judge(ctx, instance, judges, panel)
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, ScriptInstance)
+        script = instance.script
+        reply = _last_by(ctx.messages, "player")
+        variables = {
+            "task": script.task.summary(),
+            "history": script.earlier_turns(),
+            "request": script.request,
+            "response": reply.text.strip() or "(empty reply)",
+        }
+        await asyncio.gather(
+            *(
+                ask_judge(ctx, self.template, variables, judge_model=judge, panel=panel, target_idx=reply.idx)
+                for judge in judges
+            )
+        )
+        ctx.scores.extend(rating_scores(ctx.judgments, panel=panel, player=ctx.model_for("player")))
+
+
+class CompareStage(_Stage):
+    stage = "compare"
+    judge_template = "pairwise_preference"
+
+    def __init__(
+        self, name: str, settings: SimulSettings, files: list[Path], template: PairwiseTemplate, evaluate: EvaluateStage
+    ) -> None:
+        super().__init__(name, settings, files)
+        self.template = template
+        self.evaluate = evaluate
+        self.replies: dict[tuple[str, str], str] = {}
+
+    def pairings(self, players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
+        """Every unordered pair of distinct players once; both orders are judged inside the episode."""
+        return [(a, b) for index, a in enumerate(players) for b in players[index + 1 :]]
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        """The scripts every target answered, and the answers, from this run's evaluate episodes."""
+        rows = store.query(
+            "SELECT e.instance_id, e.player, m.text FROM episodes e JOIN messages m ON m.episode_id = e.episode_id "
+            "WHERE e.run_id = ? AND e.scenario = ? AND e.status = 'finished' AND e.instance_id LIKE 'evaluate/%' "
+            "AND m.speaker = 'player'",
+            [run_id, self.name],
+        )
+        self.replies = {(str(instance_id), str(player)): str(text) for instance_id, player, text in rows}
+        answered = {instance_id for instance_id, _ in self.replies}
+        self._instances = [
+            CompareInstance(id=f"compare/{s.id}", script=s)
+            for s in self.evaluate.scripts
+            if f"evaluate/{s.id}" in answered
+        ]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, CompareInstance)
+        for role in ("player", "partner"):
+            model = ctx.model_for(role)
+            text = self.replies.get((f"evaluate/{instance.script.id}", model))
+            if text is None:
+                raise EpisodeFailed(f"{model} has no stored answer to script {instance.script.id}")
+            ctx.record_note(f"answer:{role}", text)
+        await self.judge(ctx, instance, judges, panel)
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, CompareInstance)
+        script = instance.script
+        first = _last_by(ctx.messages, "answer:player")
+        second = _last_by(ctx.messages, "answer:partner")
+        variables = {
+            "instruction": f"Simulate this interface and answer the user's last request.\n{script.task.summary()}",
+            "input": f"{script.earlier_turns()}\n\nLast request:\n{script.request}",
+        }
+        verdicts = await asyncio.gather(
+            *(
+                judge_pair(
+                    ctx,
+                    self.template,
+                    variables,
+                    first.text.strip() or "(empty reply)",
+                    second.text.strip() or "(empty reply)",
+                    judge_model=judge,
+                    panel=panel,
+                    target_idx=first.idx,
+                )
+                for judge in judges
+            )
+        )
+        label = pair_label(ctx.model_for("player"), ctx.model_for("partner"))
+        ctx.scores.extend(pair_scores(list(verdicts), panel=panel, player=label))
+
+
+def _last_by(messages: list[MessageRecord], speaker: str) -> MessageRecord:
+    found = [message for message in messages if message.speaker == speaker]
+    if not found:
+        raise EpisodeFailed(f"the transcript has no message from '{speaker}'")
+    return found[-1]

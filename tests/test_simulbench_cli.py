@@ -1,0 +1,125 @@
+"""SimulBench through the real CLI on the embedded models: all three stages on one task, and
+SimulBench's published scripts imported and evaluated."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_cli import REPO, assert_clean_error, cli
+
+from appliance.scenarios.simulbench.user_agent import STRATEGIES, parse_strategy_reply
+
+PEERS = REPO.parent / "shared" / "datasets" / "peers" / "simulbench"
+PLAYERS = "smollm2-135m,gemma3-270m"
+
+ONE_TASK = """type = "stateless"
+
+[[tasks]]
+id = "roman"
+name = "Roman numeral converter"
+description = "Convert between Arabic numbers and Roman numerals. Answer with the converted value only."
+first_request = "XIV"
+request_type = "numbers and numerals"
+"""
+
+
+def short_settings() -> str:
+    """Our prompts with one dialogue of two turns and short replies, to keep the test quick."""
+    text = (REPO / "scenarios" / "simulbench" / "prompts.toml").read_text()
+    for key, value in [
+        ("dialogues_per_task", 1),
+        ("max_turns", 2),
+        ("user_agent_max_tokens", 48),
+        ("request_max_chars", 60),
+        ("simulator_max_tokens", 24),
+    ]:
+        text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
+    return text
+
+
+@pytest.mark.real_model
+def test_all_three_stages_on_one_task_with_the_embedded_models(tmp_path: Path) -> None:
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "roman.toml").write_text(ONE_TASK)
+    (folder / "prompts.toml").write_text(short_settings())
+    db = str(tmp_path / "sb.duckdb")
+    result = cli("run", "--scenario", f"simulbench:{folder}", "--players", PLAYERS, "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = json.loads(result.stdout)["leaderboards"]
+    with duckdb.connect(db, read_only=True) as con:
+        stages = dict(
+            con.execute("SELECT split_part(instance_id, '/', 1), count(*) FROM episodes GROUP BY ALL").fetchall()
+        )
+        speakers = [
+            s
+            for (s,) in con.execute(
+                "SELECT speaker FROM messages m JOIN episodes e USING (episode_id) "
+                "WHERE e.instance_id LIKE 'collect/%' ORDER BY idx"
+            ).fetchall()
+        ]
+        agent = [t for (t,) in con.execute("SELECT text FROM messages WHERE speaker = 'user_agent'").fetchall()]
+        checks = con.execute(
+            "SELECT count(*), count(*) FILTER (parsed) FROM judgments j JOIN episodes e USING (episode_id) "
+            "WHERE e.instance_id LIKE 'extract/%'"
+        ).fetchone()
+        scripts = json.loads(
+            con.execute("SELECT metadata FROM episodes WHERE instance_id LIKE 'extract/%'").fetchone()[0]  # type: ignore[index]
+        )["scripts"]
+    assert stages["collect"] == 1 and stages["extract"] == 1
+    assert speakers.count("simulator") == 2, speakers  # the opening and one user agent request answered
+    assert parse_strategy_reply(agent[0]).strategy in STRATEGIES  # the grammar kept the agent's JSON valid
+    assert checks == (4, 4)  # 2 turns x 2 judges, every verdict well-formed
+    assert 1 <= len(scripts) <= 2
+    assert stages["evaluate"] == 2 * len(scripts) and stages["compare"] == len(scripts)
+    rows = {row["player"]: row for row in report["rows"]}
+    assert set(rows) == {"smollm2-135m", "gemma3-270m"}
+    for row in rows.values():
+        assert row["all"]["n"] + row["unrated"] == len(scripts)
+        assert row["all"]["mean"] is None or 1.0 <= row["all"]["mean"] <= 10.0
+    (pair,) = [p for p in report["pairs"] if p["subset"] == "all"]
+    assert pair["compared"] + pair["undecided"] == len(scripts)
+    assert report["collection"]["dialogues"] == 1 and sum(report["collection"]["scripts"].values()) == len(scripts)
+    text = cli("report", "--db", db)
+    assert text.returncode == 0 and "hard subset" in text.stdout and "pairwise" in text.stdout
+
+
+@pytest.mark.real_model
+def test_published_scripts_are_imported_and_a_subset_evaluated(tmp_path: Path) -> None:
+    path = PEERS / "simulbench_all.jsonl"
+    if not path.is_file():
+        pytest.skip(f"SimulBench's published scripts are not here: {path} (../shared absent)")
+    db = str(tmp_path / "sb.duckdb")
+    imported = cli("import", "simulbench-scripts", str(path), "--db", db)
+    assert imported.returncode == 0, imported.stderr
+    assert "stored 500 scripts" in imported.stdout and "LastOnly 225" in imported.stdout
+    bad = cli("run", "--scenario", "simulbench:no-such-set", "--players", "smollm2-135m", "--db", db)
+    assert_clean_error(bad, "no-such-set")
+    result = cli(
+        "run",
+        "--scenario",
+        "simulbench:simulbench-scripts",
+        "--players",
+        "smollm2-135m",
+        "--limit",
+        "2",
+        "--seed",
+        "3",
+        "--db",
+        db,
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = json.loads(result.stdout)["leaderboards"]
+    (row,) = report["rows"]
+    assert row["all"]["n"] + row["unrated"] == 2
+    assert report["pairs"] == [] and report["collection"] is None
+    with duckdb.connect(db, read_only=True) as con:
+        stages = con.execute("SELECT DISTINCT split_part(instance_id, '/', 1) FROM episodes").fetchall()
+        loaded = sorted(name for (name,) in con.execute("SELECT name FROM models").fetchall())
+    assert stages == [("evaluate",)]
+    assert loaded == ["gemma3-270m", "smollm2-135m"]  # the player and the judge panel; no user agent needed

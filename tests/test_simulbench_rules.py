@@ -1,0 +1,269 @@
+"""SimulBench with scripted models: strategy parsing and its failure path, script extraction on
+hand-made dialogues, the pairwise order-swap rules, and the staged pipeline through the runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from appliance.catalog import load_catalog
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest
+from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.judging.verdicts import PairVerdict
+from appliance.report import build_simulbench_report
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios import load_family
+from appliance.scenarios.simulbench.family import read_simulbench_file
+from appliance.scenarios.simulbench.scripts import DialogueTurn, ScriptSet, extract_scripts
+from appliance.scenarios.simulbench.stages import collect_dialogue
+from appliance.scenarios.simulbench.tasks import SimulTask, load_task_folder
+from appliance.scenarios.simulbench.user_agent import (
+    STRATEGIES,
+    SimulSettings,
+    StrategyError,
+    parse_strategy_reply,
+    strategy_grammar,
+)
+from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_outcome, pair_scores
+from appliance.scheduler import Scheduler
+from appliance.store import Store
+from appliance.store.records import JudgmentRecord
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "scenarios" / "simulbench"
+PEERS = REPO.parent / "shared" / "datasets" / "peers" / "simulbench"
+TASK = SimulTask(
+    id="calc", name="Calculator", type="stateless", description="Act as a calculator.", first_request="2+2"
+)
+
+
+def turns(count: int) -> list[DialogueTurn]:
+    return [DialogueTurn(request=f"request {n}", reply=f"reply {n}", strategy="related") for n in range(1, count + 1)]
+
+
+def test_our_tasks_are_thirty_or_more_of_both_types_with_unique_ids() -> None:
+    tasks = load_task_folder(DATA)
+    assert len(tasks) >= 30
+    assert {t.type for t in tasks} == {"stateless", "stateful"}
+    assert min(sum(t.type == kind for t in tasks) for kind in ("stateless", "stateful")) >= 15
+    assert all(t.first_request and t.request_type and len(t.description) > 80 for t in tasks)
+
+
+def test_strategy_reply_parses_and_rejects_what_it_must() -> None:
+    reply = parse_strategy_reply('{"strategy": "harder", "request": "  ls -R /  "}')
+    assert (reply.strategy, reply.request) == ("harder", "ls -R /")
+    for bad, reason in [
+        ('{"strategy": "harder", "request": "ls', "not JSON"),  # cut off by the token limit
+        ('["harder", "ls"]', "not a JSON object"),
+        ('{"strategy": "charm", "request": "ls"}', "unknown strategy"),
+        ('{"strategy": "flaw", "request": "   "}', "'request'"),
+        ('{"strategy": "flaw"}', "'request'"),
+    ]:
+        with pytest.raises(StrategyError, match=reason):
+            parse_strategy_reply(bad)
+    grammar = strategy_grammar(50)
+    assert "char{1,50}" in grammar and all(f'"{name}"' in grammar for name in STRATEGIES)
+
+
+def run_collect(agent_replies: list[str], max_turns: int = 4) -> tuple[list[DialogueTurn], int, EpisodeContext]:
+    settings = SimulSettings.load(DATA / "prompts.toml")
+    replies = iter(agent_replies)
+
+    def respond(request: GenerationRequest) -> str:
+        if "/user_agent/" in request.conversation_key:
+            assert request.sampling.temperature == pytest.approx(1.2) and request.grammar is not None
+            return next(replies)
+        assert request.sampling.temperature == 0.0
+        return f"sim saw {sum(m.role == 'user' for m in request.messages)} requests"
+
+    scheduler = Scheduler({"m": ScriptedBackend("m", respond)})
+    ctx = EpisodeContext("e", 0, scheduler, {"user_agent": RoleBinding("m"), "simulator": RoleBinding("m")})
+
+    async def main() -> tuple[list[DialogueTurn], int]:
+        task = asyncio.ensure_future(collect_dialogue(ctx, settings, TASK, max_turns))
+        await scheduler.drive(task)
+        return task.result()
+
+    dialogue, failures = asyncio.run(main())
+    return dialogue, failures, ctx
+
+
+def test_collection_runs_four_turns_with_the_agents_strategies() -> None:
+    agent = [json.dumps({"strategy": s, "request": f"req {s}"}) for s in ("flaw", "related", "harder")]
+    dialogue, failures, ctx = run_collect(agent)
+    assert failures == 0
+    assert [t.strategy for t in dialogue] == ["opening", "flaw", "related", "harder"]
+    assert dialogue[0].request == "Act as a calculator.\n\n2+2"
+    assert [t.reply for t in dialogue] == [f"sim saw {n} requests" for n in (1, 2, 3, 4)]
+    assert [m.speaker for m in ctx.messages].count("simulator") == 4
+
+
+def test_a_rejected_agent_reply_is_retried_once_then_the_dialogue_ends() -> None:
+    agent = ['{"strategy": "related", "request": "next"}', "not json", '{"strategy": "shout", "request": "x"}']
+    dialogue, failures, ctx = run_collect(agent)
+    assert len(dialogue) == 2 and failures == 2
+    notes = [m.text for m in ctx.messages if m.speaker == "gm"]
+    assert notes[0].startswith("user agent reply rejected (not JSON")
+    assert "unknown strategy 'shout'" in notes[1]
+    assert notes[-1] == "dialogue ended after turn 2: the user agent gave no valid request"
+    recovered, failures, _ = run_collect(["oops", '{"strategy": "other", "request": "r"}'], max_turns=2)
+    assert len(recovered) == 2 and failures == 1
+
+
+def test_no_challenging_turn_gives_one_last_only_script() -> None:
+    (script,) = extract_scripts(TASK, "calc/d0", turns(4), None)
+    assert (script.kind, script.turn, script.id, script.hard) == ("LastOnly", 4, "calc/d0/t4", False)
+    assert [t.role for t in script.history] == ["user", "assistant"] * 3 + ["user"]
+    assert script.request == "request 4" and "reply 4" not in script.earlier_turns()
+
+
+def test_a_challenging_turn_gives_first_and_subsequent_scripts() -> None:
+    scripts = extract_scripts(TASK, "calc/d1", turns(4), 2)
+    assert [(s.kind, s.turn) for s in scripts] == [("FirstChan", 2), ("SubseqChan", 3), ("SubseqChan", 4)]
+    assert all(s.hard for s in scripts)
+    assert [len(s.history) for s in scripts] == [3, 5, 7]
+    assert scripts[0].messages()[-1].content == "request 2" and "reply 1" in scripts[0].earlier_turns()
+    (only,) = extract_scripts(TASK, "calc/d2", turns(3), 3)
+    assert (only.kind, only.turn) == ("FirstChan", 3)
+    (first,) = extract_scripts(TASK, "calc/d3", turns(1), 1)
+    assert first.earlier_turns().startswith("(none")
+    with pytest.raises(ValueError):
+        extract_scripts(TASK, "calc/d4", turns(2), 3)
+
+
+def check(judge: str, turn: int, answer: float | None) -> JudgmentRecord:
+    return JudgmentRecord(
+        panel="p",
+        judge=judge,
+        mode="yesno",
+        template="challenging_turn",
+        target_idx=turn,
+        criterion="yes",
+        score=answer,
+        raw_text="",
+        parsed=answer is not None,
+    )
+
+
+def test_the_first_challenging_turn_needs_a_strict_majority_of_parsed_verdicts() -> None:
+    verdicts = [check("a", 1, 1.0), check("b", 1, 0.0), check("a", 2, 0.0), check("b", 2, None)]
+    verdicts += [check("a", 3, 1.0), check("b", 3, None), check("a", 4, 1.0), check("b", 4, 1.0)]
+    assert first_challenging_turn(verdicts, 4) == 3  # turn 1 a tie, turn 2 a no, turn 3 the one parsed yes
+    assert first_challenging_turn(verdicts[:4], 4) is None
+    assert first_challenging_turn([check("a", 1, None)], 1) is None
+
+
+def test_a_pair_is_won_only_in_both_orders_and_the_panel_votes() -> None:
+    wins_both = PairVerdict("a", 1.0, 1.0)
+    loses_both = PairVerdict("b", -1.0, -1.0)
+    always_a = PairVerdict("c", 1.0, -1.0)  # picked position A twice: prefers neither response
+    split_tie = PairVerdict("d", 1.0, 0.0)
+    unparsed = PairVerdict("e", None, 1.0)
+    assert always_a.position_biased and not wins_both.position_biased
+    assert pair_outcome([wins_both]) == 1.0
+    assert pair_outcome([loses_both]) == -1.0
+    assert pair_outcome([always_a]) == 0.0 and pair_outcome([split_tie]) == 0.0
+    assert pair_outcome([wins_both, loses_both]) == 0.0
+    assert pair_outcome([wins_both, always_a, split_tie]) == 1.0
+    assert pair_outcome([unparsed]) is None and pair_outcome([]) is None
+    scores = {s.metric: s.value for s in pair_scores([wins_both, always_a, unparsed], panel="p", player="x--y")}
+    assert scores == {"pair_outcome": 1.0, "position_bias": 0.5}
+
+
+def test_published_scripts_get_their_kinds_and_turns() -> None:
+    path = PEERS / "simulbench_all.jsonl"
+    if not path.is_file():
+        pytest.skip(f"SimulBench's published scripts are not here: {path} (../shared absent)")
+    loaded = read_simulbench_file(path)
+    assert isinstance(loaded, ScriptSet) and len(loaded.scripts) == 500
+    kinds = {kind: sum(s.kind == kind for s in loaded.scripts) for kind in ("LastOnly", "FirstChan", "SubseqChan")}
+    assert kinds["LastOnly"] == 225  # turn_num 0, as the paper counts
+    assert kinds["FirstChan"] + kinds["SubseqChan"] == 275  # the hard subset
+    assert all(s.history[-1].role == "user" and 1 <= s.turn <= 4 for s in loaded.scripts)
+
+
+def test_bad_published_files_fail_with_the_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "scripts.jsonl"
+    row = {"id": 1, "source_id": "t", "act": "T", "task_description": "d", "type": "stateful", "turn_num": 0}
+    bad.write_text(json.dumps({**row, "dialogue_history": [{"role": "assistant", "content": "hi"}]}) + "\n")
+    with pytest.raises(ApplianceError, match=r"record 1: dialogue_history\[0\] must be a user message"):
+        read_simulbench_file(bad)
+    bad.write_text(json.dumps({**row, "type": "both", "dialogue_history": [{"role": "user", "content": "x"}]}))
+    with pytest.raises(ApplianceError, match="field 'type'"):
+        read_simulbench_file(bad)
+    bad.write_text('{"id": 1}\n{oops\n')
+    with pytest.raises(ApplianceError, match="line 2 is not JSON"):
+        read_simulbench_file(bad)
+
+
+def scripted_factory(catalog: object, spec: object, parallel: int) -> ScriptedBackend:
+    """smollm2 answers well and judges kindly; gemma answers badly. Judges rate by the reply's text."""
+    name = spec.name  # type: ignore[attr-defined]
+
+    def respond(request: GenerationRequest) -> str:
+        role = request.conversation_key.rsplit("/", 2)[1]
+        text = request.messages[-1].content
+        if role == "user_agent":
+            return '{"strategy": "harder", "request": "a harder request"}'
+        if role.startswith("judge-"):
+            if "better" in (request.grammar or ""):  # pairwise: prefer the good answer in either position
+                a_part = text.split("Response A:")[1].split("Response B:")[0]
+                return '{"better": "A"}' if "good" in a_part else '{"better": "B"}'
+            if "answer" in (request.grammar or ""):  # challenging turn: a harder request is
+                asked = text.split("Request at this turn:")[1].split("The system's reply:")[0]
+                return '{"answer": "yes"}' if "a harder request" in asked else '{"answer": "no"}'
+            return '{"score": 9}' if "good answer" in text.split("Reply to grade:")[1] else '{"score": 2}'
+        return "good answer" if name == "smollm2-135m" else "bad answer"
+
+    return ScriptedBackend(name, respond)
+
+
+def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    players = ["smollm2-135m", "gemma3-270m"]
+    config = RunConfig(
+        scenarios=["simulbench"],
+        players=players,
+        interrogator="smollm2-135m",
+        panel=Panel(name="p", judges=["smollm2-135m", "gemma3-270m"]),
+        limit=2,
+        turns=3,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        summary = Runner(catalog, store, scripted_factory).execute(config, [load_family("simulbench", store=store)])
+        # 2 tasks x 3 dialogues; each dialogue: turn 1 fine, turn 2 (the harder request) challenging -> 2 scripts
+        assert summary.episodes_total == 6 + 6 + 12 * 2 + 12 and summary.episodes_failed == 0
+        report = build_simulbench_report(store, summary.run_id, "simulbench")
+        resumed = Runner(catalog, store, scripted_factory).execute(
+            config, [load_family("simulbench", store=store)], resume=summary.run_id
+        )
+        stages = store.query(
+            "SELECT split_part(instance_id, '/', 1), player, count(*) FROM episodes GROUP BY ALL ORDER BY ALL"
+        )
+    assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
+    assert stages == [
+        ("collect", "smollm2-135m", 6),
+        ("compare", "smollm2-135m--gemma3-270m", 12),
+        ("evaluate", "gemma3-270m", 12),
+        ("evaluate", "smollm2-135m", 12),
+        ("extract", "smollm2-135m", 6),
+    ]
+    rows = {row.player: row for row in report.rows}
+    assert rows["smollm2-135m"].all.mean == 9.0 and rows["gemma3-270m"].all.mean == 2.0
+    assert rows["smollm2-135m"].hard.n == 12 and set(rows["smollm2-135m"].by_kind) == {"FirstChan", "SubseqChan"}
+    assert set(rows["gemma3-270m"].by_turn) == {"2", "3"}
+    pair = next(p for p in report.pairs if p.subset == "all")
+    assert (pair.first, pair.compared, pair.win, pair.lose) == ("smollm2-135m", 12, 100.0, 0.0)
+    assert report.collection is not None and report.collection.scripts == {
+        "LastOnly": 0,
+        "FirstChan": 6,
+        "SubseqChan": 6,
+    }
+    assert report.collection.strategies == {"harder": 12}
