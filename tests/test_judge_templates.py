@@ -34,6 +34,8 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "dialogue_rating": "rating",
         "pairwise_preference": "pairwise",
         "yesno_check": "yesno",
+        "challenging_turn": "yesno",
+        "simulbench_rating": "rating",
     }
 
 
