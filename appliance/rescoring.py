@@ -18,7 +18,7 @@ from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, derive_seed
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import BackendFactory, RunConfig, bind_role, run_phases
+from appliance.runner import BackendFactory, RunConfig, bind_role, prepare_phase, run_phases
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scheduler import Scheduler
@@ -52,10 +52,7 @@ def _playable(store: Store, run_id: str, config: RunConfig) -> dict[tuple[str, s
     for spec in config.scenarios:
         family = load_family(spec, seed=config.seed, store=store)
         for phase in run_phases([family]):
-            for stage in phase:
-                prepare = getattr(stage, "prepare", None)
-                if prepare is not None:
-                    prepare(store, run_id)
+            for stage in prepare_phase(phase, store, run_id):
                 playable |= {(stage.name, instance.id): (stage, instance) for instance in stage.instances()}
     return playable
 

@@ -129,6 +129,15 @@ def run_phases(families: list[ScenarioFamily]) -> list[list[ScenarioFamily]]:
     return [phase for phase in phases if phase]
 
 
+def prepare_phase(phase: list[ScenarioFamily], store: Store, run_id: str) -> list[ScenarioFamily]:
+    """Stages that build their instances from earlier stages' stored episodes read them now."""
+    for family in phase:
+        prepare = getattr(family, "prepare", None)
+        if prepare is not None:
+            prepare(store, run_id)
+    return phase
+
+
 def pairings(config: RunConfig, family: ScenarioFamily, instance: Instance) -> list[tuple[str, str]]:
     """(player, partner) pairs: self-play for everyone, and with `cross_play` every ordered pair of
     distinct players in the games a family marks as two-player. A family may choose its own
@@ -241,7 +250,7 @@ class Runner:
         phases = run_phases(families)
         every_family = [family for phase in phases for family in phase]
         done = self.store.finished_episode_ids(run_id) if resume else set()
-        first_plan = plan_episodes(run_id, config, self._prepared(phases[0], run_id))
+        first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
         todo = [episode for episode in first_plan if episode.episode_id not in done]
         planned_total = skipped = 0
         records: list[EpisodeRecord] = []
@@ -259,7 +268,7 @@ class Runner:
                 for index, phase in enumerate(phases):
                     planned = first_plan
                     if index > 0:
-                        planned = plan_episodes(run_id, config, self._prepared(phase, run_id))
+                        planned = plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
                         todo = [episode for episode in planned if episode.episode_id not in done]
                     planned_total += len(planned)
                     skipped += len(planned) - len(todo)
@@ -289,14 +298,6 @@ class Runner:
             cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
             completion_tokens=sum(c.completion_tokens for c in counters),
         )
-
-    def _prepared(self, phase: list[ScenarioFamily], run_id: str) -> list[ScenarioFamily]:
-        """Stages that build their instances from earlier stages' stored episodes read them now."""
-        for family in phase:
-            prepare = getattr(family, "prepare", None)
-            if prepare is not None:
-                prepare(self.store, run_id)
-        return phase
 
     async def _play_all(
         self,

@@ -17,6 +17,7 @@ from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.verdicts import PairVerdict
 from appliance.report import build_simulbench_report
+from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
@@ -244,10 +245,24 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         resumed = Runner(catalog, store, scripted_factory).execute(
             config, [load_family("simulbench", store=store)], resume=summary.run_id
         )
+        rescored = rescore_run(
+            store, catalog, summary.run_id, Panel(name="q", judges=["gemma3-270m"]), backend_factory=scripted_factory
+        )
+        by_panel = store.query(
+            "SELECT split_part(e.instance_id, '/', 1), s.panel, s.metric, count(*), avg(s.value) FROM scores s "
+            "JOIN episodes e USING (episode_id) WHERE s.metric IN ('rating', 'pair_outcome') GROUP BY ALL ORDER BY ALL"
+        )
         stages = store.query(
             "SELECT split_part(instance_id, '/', 1), player, count(*) FROM episodes GROUP BY ALL ORDER BY ALL"
         )
     assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
+    assert rescored.episodes == 24 + 12  # evaluate and compare are judged again; collect and extract are not
+    assert by_panel == [
+        ("compare", "p", "pair_outcome", 12, 1.0),
+        ("compare", "q", "pair_outcome", 12, 1.0),
+        ("evaluate", "p", "rating", 24, 5.5),
+        ("evaluate", "q", "rating", 24, 5.5),
+    ]
     assert stages == [
         ("collect", "smollm2-135m", 6),
         ("compare", "smollm2-135m--gemma3-270m", 12),

@@ -193,8 +193,9 @@ async def next_request(
 
 
 class ExtractStage(_Stage):
-    stage = "extract"
     """Not rescored by `appliance score`: the scripts it extracts define what the later stages evaluate."""
+
+    stage = "extract"
 
     def __init__(
         self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask], template: YesNoTemplate
