@@ -138,6 +138,20 @@ def test_a_challenging_turn_gives_first_and_subsequent_scripts() -> None:
         extract_scripts(TASK, "calc/d4", turns(2), 3)
 
 
+def test_judges_see_the_most_recent_turns_when_the_history_is_long() -> None:
+    long_turns = [
+        DialogueTurn(request=f"r{n} " + "x" * 50, reply=f"s{n} " + "y" * 50, strategy="related") for n in (1, 2, 3)
+    ]
+    script = extract_scripts(TASK, "calc/d5", [*long_turns, *turns(1)], None)[0]
+    whole = script.earlier_turns()
+    assert whole.startswith("User: r1") and len(whole) > 300
+    trimmed = script.earlier_turns(max_chars=130)
+    assert trimmed.startswith("(4 earlier messages left out)") and "r3" in trimmed and "s3" in trimmed
+    assert "r2" not in trimmed and len(trimmed) < 200
+    tail = script.earlier_turns(max_chars=20)  # one message longer than the cap keeps its end
+    assert tail == "(5 earlier messages left out)\n\n..." + "y" * 20
+
+
 def check(judge: str, turn: int, answer: float | None) -> JudgmentRecord:
     return JudgmentRecord(
         panel="p",

@@ -68,9 +68,9 @@ class TestScript(BaseModel):
     def request(self) -> str:
         return self.history[-1].content
 
-    def earlier_turns(self) -> str:
-        """The history before the last request, as judges read it."""
-        return render_turns(self.history[:-1])
+    def earlier_turns(self, max_chars: int | None = None) -> str:
+        """The history before the last request, as judges read it (the most recent `max_chars`)."""
+        return render_turns(self.history[:-1], max_chars)
 
 
 class ScriptSet(BaseModel):
@@ -80,10 +80,26 @@ class ScriptSet(BaseModel):
     scripts: list[TestScript]
 
 
-def render_turns(history: list[ChatTurn]) -> str:
+def render_turns(history: list[ChatTurn], max_chars: int | None = None) -> str:
+    """Earlier turns as "User: ..." / "System: ..." paragraphs. With `max_chars`, the oldest messages
+    are left out (and counted) until the rest fits, so a judge with a small context still sees the
+    turns nearest the request; a single message longer than that keeps its end."""
     if not history:
         return "(none: this is the first turn)"
-    return "\n\n".join(f"{'User' if t.role == 'user' else 'System'}: {t.content.strip()}" for t in history)
+    lines = [f"{'User' if t.role == 'user' else 'System'}: {t.content.strip()}" for t in history]
+    if max_chars is None:
+        return "\n\n".join(lines)
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if kept and size + len(line) > max_chars:
+            break
+        kept.insert(0, line if len(line) <= max_chars else "..." + line[-max_chars:])
+        size += len(kept[0]) + 2
+    omitted = len(lines) - len(kept)
+    if omitted:
+        kept.insert(0, f"({omitted} earlier messages left out)")
+    return "\n\n".join(kept)
 
 
 def history_until(turns: list[DialogueTurn], turn: int) -> list[ChatTurn]:

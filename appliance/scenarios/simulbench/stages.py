@@ -228,7 +228,7 @@ class ExtractStage(_Stage):
             scripts_so_far = extract_scripts(task, instance.dialogue_id, instance.turns[:number], None)
             variables = {
                 "task": task.summary(),
-                "history": scripts_so_far[0].earlier_turns(),
+                "history": scripts_so_far[0].earlier_turns(self.settings.judge_history_chars),
                 "request": turn.request,
                 "reply": turn.reply,
             }
@@ -298,7 +298,7 @@ class EvaluateStage(_Stage):
         reply = _last_by(ctx.messages, "player")
         variables = {
             "task": script.task.summary(),
-            "history": script.earlier_turns(),
+            "history": script.earlier_turns(self.settings.judge_history_chars),
             "request": script.request,
             "response": reply.text.strip() or "(empty reply)",
         }
@@ -360,7 +360,7 @@ class CompareStage(_Stage):
         second = _last_by(ctx.messages, "answer:partner")
         variables = {
             "instruction": f"Simulate this interface and answer the user's last request.\n{script.task.summary()}",
-            "input": f"{script.earlier_turns()}\n\nLast request:\n{script.request}",
+            "input": f"{script.earlier_turns(self.settings.judge_history_chars)}\n\nLast request:\n{script.request}",
         }
         verdicts = await asyncio.gather(
             *(
