@@ -26,15 +26,19 @@ from appliance.report import (
     ClemReport,
     ConsistencyReport,
     Leaderboard,
+    SimulReport,
     build_clem_report,
     build_leaderboard,
     build_scenario_report,
+    build_simulbench_report,
 )
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner, RunSummary
-from appliance.scenarios import Instance, ScenarioFamily, family_names, load_family
+from appliance.scenarios import Family, Instance, ScenarioFamily, StagedFamily, family_names, load_family
 from appliance.scenarios.clembench.family import ClembenchFamily
 from appliance.scenarios.clembench.master import Outcome, Seat, Table
+from appliance.scenarios.simulbench.family import SimulBenchFamily
+from appliance.scenarios.simulbench.scripts import TestScript
 from appliance.scheduler import Scheduler
 from appliance.store import Store
 
@@ -52,6 +56,7 @@ __all__ = [
     "ConsistencyReport",
     "EpisodeContext",
     "EpisodeFailed",
+    "Family",
     "GenerationRequest",
     "Instance",
     "JudgeTemplate",
@@ -75,13 +80,18 @@ __all__ = [
     "Scheduler",
     "ScriptedBackend",
     "Seat",
+    "SimulBenchFamily",
+    "SimulReport",
+    "StagedFamily",
     "Store",
     "Table",
+    "TestScript",
     "YesNoTemplate",
     "ask_judge",
     "build_clem_report",
     "build_leaderboard",
     "build_scenario_report",
+    "build_simulbench_report",
     "family_names",
     "judge_pair",
     "load_catalog",

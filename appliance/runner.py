@@ -28,7 +28,7 @@ from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed, pair_label
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
-from appliance.scenarios.base import Instance, ScenarioFamily, StagedFamily
+from appliance.scenarios.base import Family, Instance, ScenarioFamily, StagedFamily
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
@@ -102,7 +102,7 @@ def select_instances(instances: list[Instance], limit: int | None, seed: int) ->
     return chosen if limit is None else chosen[:limit]
 
 
-def instances_for_run(family: ScenarioFamily, limit: int | None, seed: int) -> list[Instance]:
+def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:
     """The instances a run plays; a family may choose its own subset (SimulateBench keeps base profiles)."""
     select = getattr(family, "select_instances", select_instances)
     return list(select(family.instances(), limit, seed))
@@ -117,7 +117,7 @@ def support_models(config: RunConfig) -> dict[str, str]:
     }
 
 
-def run_phases(families: list[ScenarioFamily]) -> list[list[ScenarioFamily]]:
+def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
     """Families played in order: plain families all in the first phase; a staged family's stage k in phase k."""
     phases: list[list[ScenarioFamily]] = [[]]
     for family in families:
@@ -230,7 +230,7 @@ class Runner:
     def execute(
         self,
         config: RunConfig,
-        families: list[ScenarioFamily],
+        families: list[Family],
         *,
         resume: str | None = None,
         on_episode: Callable[[EpisodeRecord], None] | None = None,

@@ -213,7 +213,7 @@ def test_bad_published_files_fail_with_the_line_and_field(tmp_path: Path) -> Non
     with pytest.raises(ApplianceError, match="field 'type'"):
         read_simulbench_file(bad)
     bad.write_text('{"id": 1}\n{oops\n')
-    with pytest.raises(ApplianceError, match="line 2 is not JSON"):
+    with pytest.raises(ApplianceError, match="line 2: not valid JSON"):
         read_simulbench_file(bad)
 
 

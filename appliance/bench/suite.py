@@ -27,7 +27,7 @@ from appliance.catalog import Catalog, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.judging.panels import Panel
 from appliance.runner import package_versions
-from appliance.scenarios import load_family
+from appliance.scenarios import StagedFamily, load_family
 
 TARGET_DECODE_RATIO = 0.90
 TARGET_E2E_SPEEDUP = 4.0
@@ -102,9 +102,11 @@ def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str
         )
 
     say(f"end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, panel {panel.judges}")
+    pingpong = load_family("pingpong")
+    assert not isinstance(pingpong, StagedFamily)  # PingPong plays in one go
     e2e = end_to_end(
         catalog,
-        load_family("pingpong"),
+        pingpong,
         conversations=plan.conversations,
         turns=plan.turns,
         player=plan.model,

@@ -17,13 +17,13 @@ import numpy as np
 from appliance.calibration.models import RatingCalibration, calibration_from_json
 from appliance.judging.panels import Panel
 from appliance.judging.templates import REFUSAL
-from appliance.scenarios.base import ScenarioFamily
+from appliance.scenarios.base import Family
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import latest_calibration
 from appliance.store.records import CalibrationRecord
 
 
-def pick_calibrations(store: Store, panel: Panel, families: Sequence[ScenarioFamily]) -> dict[str, CalibrationRecord]:
+def pick_calibrations(store: Store, panel: Panel, families: Sequence[Family]) -> dict[str, CalibrationRecord]:
     """The newest calibration of this panel for each family's judge template, if any."""
     picked: dict[str, CalibrationRecord] = {}
     for family in families:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from appliance.errors import ApplianceError
+from appliance.jsonlines import read_jsonl_rows
 from appliance.labels.model import KINDS, PAIRWISE_CRITERION, HumanLabel, LabelItem, LabelSet
 
 # Declared scales of the published sets (from their papers and data cards).
@@ -215,19 +216,10 @@ def read_jsonl(path: Path, name: str | None = None, kind: str = "turn") -> list[
     """The generic format (docs/labels.md): one item per line with its texts and labels."""
     if kind not in KINDS:
         raise ApplianceError(f"--kind: '{kind}' is not one of {', '.join(KINDS)}")
-    if not path.is_file():
-        raise ApplianceError(f"{path}: file not found")
     label_set = LabelSet(name or path.stem, kind, "jsonl", str(path), [], [], {})
     seen: set[str] = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, record in read_jsonl_rows(path):
         where = f"line {number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ApplianceError(f"{path}: {where}: not valid JSON: {error}") from None
-        _expect(isinstance(record, dict), path, where, "expected an object")
         item_id = record.get("item_id")
         _expect(isinstance(item_id, str) and bool(item_id), path, f"{where}.item_id", "missing or empty")
         _expect(item_id not in seen, path, f"{where}.item_id", f"'{item_id}' appears twice")

@@ -16,10 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from appliance.report.bootstrap import bootstrap_interval
+from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
 from appliance.store import Store
-
-KIND_ORDER = ("LastOnly", "FirstChan", "SubseqChan")
-HARD_KINDS = frozenset({"FirstChan", "SubseqChan"})
 
 
 class Cell(BaseModel):
@@ -123,7 +121,7 @@ def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrate
         all=_cell([value for _, value in results]),
         hard=_cell([value for metadata, value in results if metadata.get("kind") in HARD_KINDS]),
         by_task_type=grouped("task_type", ("stateless", "stateful")),
-        by_kind=grouped("kind", KIND_ORDER),
+        by_kind=grouped("kind", SCRIPT_KINDS),
         by_turn=grouped("turn", tuple(str(t) for t in range(1, 20))),
         unrated=unrated,
     )
@@ -186,5 +184,5 @@ def _collection(store: Store, run_id: str, scenario: str) -> Collection | None:
         mean_turns=mean(len(d.get("turns", [])) for d in dialogues),
         agent_rejections=sum(int(d.get("agent_failures", 0)) for d in dialogues),
         strategies=dict(Counter(s for d in dialogues for s in d.get("strategies", []))),
-        scripts={kind: kinds[kind] for kind in KIND_ORDER},
+        scripts={kind: kinds[kind] for kind in SCRIPT_KINDS},
     )

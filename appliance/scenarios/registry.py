@@ -6,7 +6,7 @@ from pathlib import Path
 
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir, scenarios_dir
-from appliance.scenarios.base import ScenarioFamily
+from appliance.scenarios.base import Family
 from appliance.store import Store
 
 
@@ -21,7 +21,7 @@ def load_family(
     *,
     seed: int = 0,
     store: Store | None = None,
-) -> ScenarioFamily:
+) -> Family:
     """`NAME` uses the family's own data; `NAME:FOLDER` uses another folder (e.g. imported data).
 
     clembench generates fresh instances from `seed`; `clembench:SOURCE` plays

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.templates import (
     JudgeTemplate,
@@ -42,7 +41,6 @@ TEMPLATES = ("challenging_turn", "simulbench_rating", "pairwise_preference")
 class SimulBenchFamily:
     description = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
     judge_template = "simulbench_rating"
-    calibrated_metric = "rating"
 
     def __init__(
         self,
@@ -57,9 +55,6 @@ class SimulBenchFamily:
         if (tasks is None) == (scripts is None):
             raise ValueError("SimulBench needs either tasks or scripts")
         self.name = name
-        self.files = files
-        self.tasks = tasks
-        self.support_roles: tuple[str, ...] = ("user_agent", "simulator") if tasks is not None else ()
         evaluate = EvaluateStage(name, settings, files, _as(templates["simulbench_rating"], RatingTemplate), scripts)
         compare = CompareStage(name, settings, files, _as(templates["pairwise_preference"], PairwiseTemplate), evaluate)
         self._stages: list[CollectStage | ExtractStage | EvaluateStage | CompareStage] = [evaluate, compare]
@@ -80,22 +75,6 @@ class SimulBenchFamily:
 
     def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
         return self._stages[0].select_instances(instances, limit, seed)
-
-    def data_files(self) -> list[Path]:
-        return list(self.files)
-
-    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        await self._stage_for(instance).play(ctx, instance, judges, panel)
-
-    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        await self._stage_for(instance).judge(ctx, instance, judges, panel)
-
-    def _stage_for(self, instance: Instance) -> ScenarioFamily:
-        prefix = instance.id.partition("/")[0]
-        for stage in self._stages:
-            if stage.stage == prefix:
-                return stage
-        raise ValueError(f"no SimulBench stage plays instance '{instance.id}'")
 
 
 def _as(template: JudgeTemplate, kind: type[TemplateT]) -> TemplateT:

@@ -22,7 +22,13 @@ from appliance.episodes import EpisodeContext, EpisodeFailed, pair_label
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
 from appliance.scenarios.base import Instance
-from appliance.scenarios.simulbench.scripts import DialogueTurn, TestScript, extract_scripts
+from appliance.scenarios.simulbench.scripts import (
+    DialogueTurn,
+    TestScript,
+    extract_scripts,
+    history_until,
+    render_turns,
+)
 from appliance.scenarios.simulbench.tasks import SimulTask
 from appliance.scenarios.simulbench.user_agent import (
     SimulSettings,
@@ -81,8 +87,6 @@ class _Stage:
     """What every stage shares: the family's name, data files and settings."""
 
     description = "a stage of SimulBench"
-    #: the instance id prefix of the stage's episodes
-    stage = ""
     support_roles: tuple[str, ...] = ()
     judge_template = ""
     calibrated_metric = ""
@@ -119,7 +123,6 @@ def simulator_pairing(players: list[str], support: dict[str, str]) -> list[tuple
 
 
 class CollectStage(_Stage):
-    stage = "collect"
     support_roles: tuple[str, ...] = ("user_agent", "simulator")
 
     def __init__(self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask]) -> None:
@@ -195,8 +198,6 @@ async def next_request(
 class ExtractStage(_Stage):
     """Not rescored by `appliance score`: the scripts it extracts define what the later stages evaluate."""
 
-    stage = "extract"
-
     def __init__(
         self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask], template: YesNoTemplate
     ) -> None:
@@ -225,10 +226,10 @@ class ExtractStage(_Stage):
         task = instance.task
         checks = []
         for number, turn in enumerate(instance.turns, start=1):
-            scripts_so_far = extract_scripts(task, instance.dialogue_id, instance.turns[:number], None)
+            before = history_until(instance.turns, number)[:-1]
             variables = {
                 "task": task.summary(),
-                "history": scripts_so_far[0].earlier_turns(self.settings.judge_history_chars),
+                "history": render_turns(before, self.settings.judge_history_chars),
                 "request": turn.request,
                 "reply": turn.reply,
             }
@@ -244,7 +245,6 @@ class ExtractStage(_Stage):
 
 
 class EvaluateStage(_Stage):
-    stage = "evaluate"
     judge_template = "simulbench_rating"
     calibrated_metric = "rating"
 
@@ -312,7 +312,6 @@ class EvaluateStage(_Stage):
 
 
 class CompareStage(_Stage):
-    stage = "compare"
     judge_template = "pairwise_preference"
 
     def __init__(

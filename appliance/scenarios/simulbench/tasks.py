@@ -6,13 +6,13 @@ turn of every dialogue states the interface and makes the first request.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.jsonlines import read_jsonl_rows
 from appliance.tomlfile import read_toml
 
 TaskType = Literal["stateless", "stateful"]
@@ -70,22 +70,8 @@ def load_task_folder(folder: Path) -> list[SimulTask]:
 
 
 def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a bad line is reported by number."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ApplianceError(f"{path}: cannot read {what} ({error})") from None
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ApplianceError(f"{path}: line {number} is not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ApplianceError(f"{path}: line {number} is not a JSON object")
-        rows.append(row)
+    """Rows of a JSONL file, at least one."""
+    rows = [row for _, row in read_jsonl_rows(path, what)]
     if not rows:
         raise ApplianceError(f"{path}: no {what}")
     return rows
