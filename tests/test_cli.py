@@ -208,7 +208,7 @@ def test_models_list_shows_the_embedded_models() -> None:
 def test_scenarios_list_counts_instances() -> None:
     result = cli("scenarios", "list", "--json")
     assert result.returncode == 0, result.stderr
-    pingpong, simulatebench, clembench, simulbench = json.loads(result.stdout)
+    pingpong, simulatebench, clembench, simulbench, deepeval = json.loads(result.stdout)
     assert pingpong["name"] == "pingpong"
     assert pingpong["instances"] == 8 * 8 * 2  # cards x situations per language, two languages
     assert set(pingpong["languages"]) == {"en", "de"}
@@ -218,6 +218,8 @@ def test_scenarios_list_counts_instances() -> None:
     assert clembench["default_run"] == 7 * 6  # --limit counts per game: six instances of each of seven games
     assert simulbench["name"] == "simulbench" and simulbench["instances"] == 32 * 3  # tasks x dialogues
     assert simulbench["default_run"] == 6 * 3  # --limit counts tasks; every dialogue of a chosen task
+    assert deepeval["name"] == "deepeval" and deepeval["instances"] == 6 * 3  # tasks x first-wave repetitions
+    assert deepeval["default_run"] == 6 * 3  # --limit caps repetitions per task
 
 
 @pytest.mark.real_model

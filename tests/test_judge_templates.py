@@ -36,6 +36,7 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "yesno_check": "yesno",
         "challenging_turn": "yesno",
         "simulbench_rating": "rating",
+        "deepeval_role_rating": "rating",
     }
 
 

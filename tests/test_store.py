@@ -1,11 +1,12 @@
 from datetime import datetime
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from appliance.errors import ApplianceError
 from appliance.store import EpisodeRecord, MessageRecord, ModelRecord, RunRecord, ScoreRecord, Store
-from appliance.store.schema import LATEST_VERSION
+from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 
 
 def _run(run_id: str = "r1") -> RunRecord:
@@ -58,6 +59,33 @@ def test_new_database_is_migrated_and_reopens(tmp_path: Path) -> None:
     with Store.open(path, read_only=True) as store:
         assert store.finished_episode_ids("r1") == {"r1:e1"}
         assert store.query("SELECT text, cached_prompt_tokens FROM messages") == [("hello", 2)]
+
+
+def test_a_version_4_database_keeps_its_scores_and_then_scores_several_players_per_episode(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    connection = duckdb.connect(str(path))
+    connection.execute(
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
+    )
+    for version, description, ddl in MIGRATIONS[:4]:
+        connection.execute(ddl)
+        connection.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, description])
+    connection.execute("INSERT INTO scores VALUES ('r1:old', 'r1', 'p', 'm', 'final', 2.0, NULL, 'c1')")
+    connection.close()
+    episode = _episode("r1:e1")
+    episode.scores = [
+        ScoreRecord(panel="rules", player=model, metric="payoff", value=v) for model, v in (("a", 1), ("b", 0))
+    ]
+    with Store.open(path) as store:
+        assert store.schema_version() == LATEST_VERSION
+        store.create_run(_run(), [])
+        store.write_episode(episode)
+        rows = store.query("SELECT episode_id, player, metric, value, calibration_id FROM scores ORDER BY ALL")
+    assert rows == [
+        ("r1:e1", "a", "payoff", 1.0, None),
+        ("r1:e1", "b", "payoff", 0.0, None),
+        ("r1:old", "m", "final", 2.0, "c1"),
+    ]
 
 
 def test_rewriting_an_episode_replaces_it_whole(tmp_path: Path) -> None:

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict
 
 from appliance.episodes import EpisodeContext
 
+#: the panel name of scores that rules compute (game masters, referees), not judges
+RULES_PANEL = "rules"
+
 
 class Instance(BaseModel):
     """One playable item of a family (a card and a situation, a game instance, ...)."""

@@ -11,7 +11,7 @@ from appliance.store import Store
 
 
 def family_names() -> list[str]:
-    return ["pingpong", "simulatebench", "clembench", "simulbench"]
+    return ["pingpong", "simulatebench", "clembench", "simulbench", "deepeval"]
 
 
 def load_family(
@@ -38,6 +38,10 @@ def load_family(
         from appliance.scenarios.simulbench.family import load_simulbench
 
         return load_simulbench(spec, root / "simulbench", judges, store=store)
+    if name == "deepeval":
+        from appliance.scenarios.deepeval.family import load_deepeval
+
+        return load_deepeval(spec, root / "deepeval", judges, seed=seed)
     if name == "pingpong":
         from appliance.scenarios.pingpong import PingPongFamily
 

@@ -178,4 +178,28 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        5,
+        "scores keyed by player too: one episode can score several models (DeepEval's seats)",
+        """
+        CREATE TABLE scores_by_player (
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            panel VARCHAR NOT NULL,
+            player VARCHAR NOT NULL,
+            metric VARCHAR NOT NULL,
+            value DOUBLE,
+            calibrated_value DOUBLE,
+            calibration_id VARCHAR,
+            PRIMARY KEY (episode_id, panel, player, metric)
+        );
+        INSERT INTO scores_by_player
+            SELECT episode_id, run_id, panel, player, metric, value, calibrated_value, calibration_id FROM scores;
+        DROP TABLE scores;
+        ALTER TABLE scores_by_player RENAME TO scores;
+        """,
+    )
+)
+
 LATEST_VERSION = MIGRATIONS[-1][0]

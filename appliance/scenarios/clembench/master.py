@@ -14,9 +14,9 @@ from typing import Literal
 
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
+from appliance.scenarios.base import RULES_PANEL
 from appliance.store.records import ScoreRecord
 
-RULES_PANEL = "rules"
 #: clembench's own metric names, kept verbatim so imported and native episodes aggregate alike
 ABORTED = "Aborted"
 SUCCESS = "Success"

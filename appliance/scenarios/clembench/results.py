@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.clembench.master import RULES_PANEL
+from appliance.scenarios.base import RULES_PANEL
 from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
 
 SCENARIO = "clembench"

@@ -22,7 +22,7 @@ from appliance.engine.types import Completion, Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import render
-from appliance.scenarios.base import Instance
+from appliance.scenarios.base import RULES_PANEL, Instance
 from appliance.scenarios.simulatebench.answers import option_letters, parse_choice
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy
 from appliance.scenarios.simulatebench.perturb import variants
@@ -31,7 +31,6 @@ from appliance.store.records import JudgmentRecord, ScoreRecord
 from appliance.tomlfile import read_toml
 
 PLAYER_SAMPLING = Sampling(temperature=0.0, max_tokens=32)
-RULES_PANEL = "rules"
 
 
 class Prompts(BaseModel):

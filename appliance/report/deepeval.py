@@ -1,0 +1,125 @@
+"""The DeepEval report: payoff tables, per model for symmetric tasks and per model and role for
+asymmetric ones, each mean with a bootstrap interval and its number of episodes, plus how many
+repetitions each task needed and whether its means are stable."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import mean
+from typing import Literal
+
+from pydantic import BaseModel
+
+from appliance.paths import judges_dir, scenarios_dir
+from appliance.scenarios.deepeval.family import DeepEvalData, load_deepeval
+from appliance.scenarios.deepeval.payoffs import (
+    PayoffSamples,
+    interval,
+    is_stable,
+    metric_samples,
+    payoff_samples,
+    task_is_stable,
+    task_of,
+)
+from appliance.store import Store
+
+
+class PayoffCell(BaseModel):
+    mean: float | None
+    ci: tuple[float, float] | None
+    n: int
+    stable: bool
+
+
+class PayoffRow(BaseModel):
+    task: str
+    title: str
+    model: str
+    #: "player" in symmetric tasks; the role (programmer, reviewer, ...) in asymmetric ones
+    role: str
+    payoff: PayoffCell
+    #: further per-episode means, e.g. rule violations, valid moves, the judges' rating of the code
+    extras: dict[str, float | None]
+
+
+class TaskRepetitions(BaseModel):
+    task: str
+    repetitions: int
+    episodes: int
+    failed: int
+    stable: bool
+
+
+class DeepEvalReport(BaseModel):
+    kind: Literal["deepeval"] = "deepeval"
+    run_id: str
+    scenario: str
+    status: str
+    panel: str
+    symmetric: list[PayoffRow]
+    asymmetric: list[PayoffRow]
+    repetitions: list[TaskRepetitions]
+    #: the stableness rule the run used
+    tolerance: float
+    confidence: float
+
+
+def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> DeepEvalReport:
+    run = store.run(run_id)
+    panel_name = panel or str(run["config"]["panel"]["name"])
+    data = load_deepeval(scenario, scenarios_dir() / "deepeval", judges_dir(), seed=int(run["seed"])).data
+    rule = data.settings.repetitions
+    samples = metric_samples(store, run_id, scenario, panel_name)
+    payoffs = payoff_samples(samples, data.specs)
+    rows: list[PayoffRow] = []
+    for spec in data.specs:
+        for (task, model, role), values in sorted(payoffs.items()):
+            if task != spec.id:
+                continue
+            bounds = interval(values, rule.confidence)
+            extras = {metric: _mean(samples.get((task, model, metric), [])) for metric in spec.extras.get(role, ())}
+            cell = PayoffCell(
+                mean=_mean(values), ci=bounds, n=len(values), stable=is_stable(values, spec.payoff_range, rule)
+            )
+            rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
+    symmetric_tasks = {spec.id for spec in data.specs if spec.symmetric}
+    return DeepEvalReport(
+        run_id=run_id,
+        scenario=scenario,
+        status=str(run["status"]),
+        panel=panel_name,
+        symmetric=[row for row in rows if row.task in symmetric_tasks],
+        asymmetric=[row for row in rows if row.task not in symmetric_tasks],
+        repetitions=_repetitions(store, run_id, scenario, payoffs, data),
+        tolerance=rule.tolerance,
+        confidence=rule.confidence,
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return mean(values) if values else None
+
+
+def _repetitions(
+    store: Store, run_id: str, scenario: str, payoffs: PayoffSamples, data: DeepEvalData
+) -> list[TaskRepetitions]:
+    rows = store.query("SELECT instance_id, status FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, scenario])
+    repetitions: dict[str, set[str]] = defaultdict(set)
+    episodes: dict[str, int] = defaultdict(int)
+    failed: dict[str, int] = defaultdict(int)
+    for instance_id, status in rows:
+        task = task_of(str(instance_id))
+        repetitions[task].add(str(instance_id))
+        episodes[task] += 1
+        failed[task] += status != "finished"
+    return [
+        TaskRepetitions(
+            task=task,
+            repetitions=len(repetitions[task]),
+            episodes=episodes[task],
+            failed=failed[task],
+            stable=task_is_stable(data.spec(task), payoffs, data.settings.repetitions),
+        )
+        for task in (spec.id for spec in data.specs)
+        if episodes[task]
+    ]

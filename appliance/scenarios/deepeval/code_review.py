@@ -1,0 +1,151 @@
+"""Code review (asymmetric writer-editor): a Programmer writes a function, a Reviewer comments.
+
+The Programmer answers the problem; then, until the Reviewer replies with
+the done word or `max_reviews` reviews were given, the Reviewer reviews and
+the Programmer revises. The final code runs against the problem's tests in
+a sandboxed subprocess (sandbox.py); the first version is run too, so a
+review's effect on the tests is measured. The panel then rates both roles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.engine.types import Sampling
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.templates import RatingTemplate
+from appliance.scenarios.base import RULES_PANEL
+from appliance.scenarios.deepeval.referee import Referee, Seat
+from appliance.scenarios.deepeval.sandbox import TestRun, run_tests
+from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.writer_editor import rate_roles
+from appliance.store.records import ScoreRecord
+from appliance.tomlfile import read_toml
+
+PROGRAMMER, REVIEWER = "Programmer", "Reviewer"
+_FENCED = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+class CodeProblem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    function: str
+    description: str
+    tests: list[str] = Field(min_length=1)
+    #: a known-good solution (the test suite checks that it passes the tests)
+    reference: str
+
+
+def load_problems(path: Path) -> list[CodeProblem]:
+    raw = read_toml(path, "code problems")
+    try:
+        problems = [CodeProblem.model_validate(entry) for entry in raw.get("problem", [])]
+    except ValidationError as error:
+        raise ApplianceError(describe_validation_error(path, error)) from None
+    ids = [problem.id for problem in problems]
+    if not problems or len(set(ids)) != len(ids):
+        raise ApplianceError(f"{path}: needs [[problem]] entries with unique ids")
+    return problems
+
+
+def extract_code(reply: str) -> str:
+    """The last fenced block of a reply (an unclosed fence runs to the end), else the whole reply."""
+    blocks = _FENCED.findall(reply)
+    return (blocks[-1] if blocks else reply).strip()
+
+
+def review_is_done(review: str, done_word: str) -> bool:
+    """The reviewer approves by replying with the done word alone (trailing punctuation allowed)."""
+    return review.strip().strip(".!*`'\"").upper() == done_word.upper()
+
+
+async def play_code_review(
+    ctx: EpisodeContext,
+    settings: DeepEvalSettings,
+    problem: CodeProblem,
+    template: RatingTemplate,
+    judges: list[str],
+    panel: str,
+) -> None:
+    rules = settings.code_review
+    seats = [
+        Seat(PROGRAMMER, "player", rules.programmer_system),
+        Seat(REVIEWER, "partner", rules.reviewer_system.format(done_word=rules.done_word)),
+    ]
+    referee = Referee(ctx, seats)
+    referee.post(rules.task.format(description=problem.description), [PROGRAMMER])
+    referee.end_round()
+    temperature = settings.players.temperature
+    writing = Sampling(temperature=temperature, max_tokens=rules.programmer_max_tokens)
+    reviewing = Sampling(temperature=temperature, max_tokens=rules.reviewer_max_tokens)
+    versions: list[str] = []
+    reviews = 0
+    approved = False
+    while True:
+        code = extract_code((await referee.collect([PROGRAMMER], sampling=writing))[PROGRAMMER])
+        versions.append(code)
+        if reviews == rules.max_reviews:
+            break
+        prompt = rules.review if reviews == 0 else rules.rereview
+        referee.post(prompt.format(description=problem.description, code=code), [REVIEWER])
+        referee.end_round()
+        review = (await referee.collect([REVIEWER], sampling=reviewing))[REVIEWER]
+        reviews += 1
+        if review_is_done(review, rules.done_word):
+            approved = True
+            break
+        referee.post(rules.revise.format(review=review), [PROGRAMMER])
+        referee.end_round()
+    referee.end_round()
+    final, first = await asyncio.gather(
+        asyncio.to_thread(run_tests, versions[-1], problem.tests, rules.sandbox),
+        asyncio.to_thread(run_tests, versions[0], problem.tests, rules.sandbox),
+    )
+    ctx.metadata.update(
+        seats={PROGRAMMER: _seat(referee, PROGRAMMER), REVIEWER: _seat(referee, REVIEWER)},
+        reviews=reviews,
+        approved=approved,
+        final_code=versions[-1],
+        tests=_described(final),
+        first_tests=_described(first),
+    )
+    programmer, reviewer = ctx.model_for("player"), ctx.model_for("partner")
+    ctx.scores += [
+        ScoreRecord(panel=RULES_PANEL, player=programmer, metric="tests:programmer", value=final.fraction),
+        ScoreRecord(panel=RULES_PANEL, player=reviewer, metric="gain:reviewer", value=final.fraction - first.fraction),
+    ]
+    await judge_code_review(ctx, settings, problem, template, judges, panel)
+
+
+async def judge_code_review(
+    ctx: EpisodeContext,
+    settings: DeepEvalSettings,
+    problem: CodeProblem,
+    template: RatingTemplate,
+    judges: list[str],
+    panel: str,
+) -> None:
+    rules = settings.code_review
+    await rate_roles(
+        ctx,
+        template,
+        task=f"A programmer solves this problem in Python while a reviewer reviews the code.\n{problem.description}",
+        criteria={PROGRAMMER: rules.programmer_criteria, REVIEWER: rules.reviewer_criteria},
+        bindings={PROGRAMMER: "player", REVIEWER: "partner"},
+        judges=judges,
+        panel=panel,
+    )
+
+
+def _seat(referee: Referee, seat: str) -> dict[str, str]:
+    return {"model": referee.model_of(seat), "role": seat.lower()}
+
+
+def _described(run: TestRun) -> dict[str, object]:
+    return {"status": run.status, "passed": run.passed, "total": run.total, "detail": run.detail}

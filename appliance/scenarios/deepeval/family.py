@@ -1,0 +1,210 @@
+"""DeepEval as a staged family: each stage is a wave of repetitions.
+
+The first wave plays every task `initial` times for every pairing of
+players. Before each later wave, `prepare` reads the payoffs stored so far
+and plans `step` more repetitions of the tasks whose payoff means are not yet
+stable, until `max` (or `--limit`). Because waves read the store, a killed
+run resumes in any wave. Instance ids are `<task>/r<repetition>`; repetition
+r of a task plays its r-th item in a seeded order (a problem, a passage, an
+opening word) and the public goods game in its mode.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError
+from appliance.judging.templates import RatingTemplate, load_judge_template
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
+from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, seat_scores, task_is_stable, task_of
+from appliance.scenarios.deepeval.public_goods import play_public_goods
+from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSettings
+from appliance.scenarios.deepeval.tasks import TaskSpec, task_specs
+from appliance.scenarios.deepeval.translation import Passage, judge_translation, load_passages, play_translation
+from appliance.scenarios.deepeval.word_chain import play_word_chain, read_word_list
+from appliance.store import Store
+
+JUDGE_TEMPLATE = "deepeval_role_rating"
+DESCRIPTION = "models interact through a referee's message pool: public goods, word chains, code review, translation"
+
+
+class DeepEvalInstance(Instance):
+    task: str
+    repetition: int
+    #: the item this repetition plays: a problem or passage id, an opening word, or the game's mode
+    item: str
+
+    def describe(self) -> dict[str, str]:
+        return {"task": self.task, "item": self.item, "repetition": str(self.repetition)}
+
+
+class DeepEvalData:
+    """Everything the tasks read: settings, word lists, problems, passages and the judge template."""
+
+    def __init__(self, folder: Path, judges_folder: Path, seed: int) -> None:
+        self.settings = DeepEvalSettings.load(folder / SETTINGS_FILE)
+        self.idioms = read_word_list(folder / "idioms.txt", "idiom")
+        self.words = read_word_list(folder / "words.txt", "english")
+        self.problems = {p.id: p for p in load_problems(folder / "code_problems.toml")}
+        self.passages = {p.id: p for p in load_passages(folder / "passages.toml")}
+        template = load_judge_template(judges_folder / f"{JUDGE_TEMPLATE}.toml")
+        if not isinstance(template, RatingTemplate):
+            raise ApplianceError(f"judges/{JUDGE_TEMPLATE}.toml: field 'mode' must be 'rating' for DeepEval")
+        self.template = template
+        self.specs = task_specs(self.settings.public_goods)
+        names = ["deepeval.toml", "idioms.txt", "words.txt", "code_problems.toml", "passages.toml"]
+        self.files = [*(folder / name for name in names), judges_folder / f"{JUDGE_TEMPLATE}.toml"]
+        rng = random.Random(seed)
+        self.items: dict[str, list[str]] = {
+            "public_goods_mode1": ["mode1"],
+            "public_goods_mode2": ["mode2"],
+            "idiom_chain": rng.sample(self.idioms.openings(), len(self.idioms.openings())),
+            "word_chain": rng.sample(self.words.openings(), len(self.words.openings())),
+            "code_review": rng.sample(sorted(self.problems), len(self.problems)),
+            "translation": rng.sample(sorted(self.passages), len(self.passages)),
+        }
+
+    def instance(self, task: str, repetition: int) -> DeepEvalInstance:
+        items = self.items[task]
+        item = items[repetition % len(items)]
+        return DeepEvalInstance(id=f"{task}/r{repetition:02d}", task=task, repetition=repetition, item=item)
+
+    def spec(self, task: str) -> TaskSpec:
+        return next(spec for spec in self.specs if spec.id == task)
+
+
+def every_pairing(players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
+    """Each ordered pair of distinct players (so roles and speaking order swap); self-play for one player."""
+    if len(players) == 1:
+        return [(players[0], players[0])]
+    return [(a, b) for a in players for b in players if a != b]
+
+
+class WaveStage:
+    """One wave of repetitions; every wave is played by the same rules."""
+
+    description = DESCRIPTION
+    support_roles: tuple[str, ...] = ()
+    judge_template = JUDGE_TEMPLATE
+    calibrated_metric = ""
+    pairings = staticmethod(every_pairing)
+
+    def __init__(self, name: str, data: DeepEvalData, wave: int) -> None:
+        self.name = name
+        self.data = data
+        self.wave = wave
+        rule = data.settings.repetitions
+        #: the repetitions this wave may add: [first, last)
+        self.first = 0 if wave == 0 else rule.initial + (wave - 1) * rule.step
+        self.last = min(rule.initial + wave * rule.step, rule.max)
+        self._instances: list[Instance] = []
+        if wave == 0:
+            self._instances = [data.instance(spec.id, r) for spec in data.specs for r in range(self.first, self.last)]
+
+    def instances(self) -> list[Instance]:
+        return list(self._instances)
+
+    def data_files(self) -> list[Path]:
+        return list(self.data.files)
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """`--limit` caps the repetitions of every task."""
+        cap = self.data.settings.repetitions.max if limit is None else limit
+        return [i for i in instances if isinstance(i, DeepEvalInstance) and i.repetition < cap]
+
+    def prepare(self, store: Store, run_id: str) -> None:
+        """Plan more repetitions of each task the last wave played whose payoffs are not yet stable."""
+        if self.wave == 0:
+            return
+        panel = str(store.run(run_id)["config"]["panel"]["name"])
+        payoffs = payoff_samples(metric_samples(store, run_id, self.name, panel), self.data.specs)
+        played = store.query(
+            "SELECT DISTINCT instance_id FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, self.name]
+        )
+        previous_first = 0 if self.wave == 1 else self.first - self.data.settings.repetitions.step
+        in_last_wave = {
+            task_of(str(instance_id))
+            for (instance_id,) in played
+            if int(str(instance_id).rsplit("/r", 1)[1]) >= previous_first
+        }
+        unstable = [
+            spec.id
+            for spec in self.data.specs
+            if spec.id in in_last_wave and not task_is_stable(spec, payoffs, self.data.settings.repetitions)
+        ]
+        self._instances = [self.data.instance(task, r) for task in unstable for r in range(self.first, self.last)]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, DeepEvalInstance)
+        data, task = self.data, instance.task
+        if task.startswith("public_goods"):
+            owned = await play_public_goods(ctx, data.settings, int(instance.item.removeprefix("mode")))
+            self._seat_scores(ctx, owned, "payoff")
+            self._seat_scores(ctx, _as_floats(ctx.metadata["seat_violations"]), "violations")
+        elif task in ("idiom_chain", "word_chain"):
+            words = data.idioms if task == "idiom_chain" else data.words
+            payoffs = await play_word_chain(ctx, data.settings, words, instance.item)
+            self._seat_scores(ctx, payoffs, "payoff")
+            self._seat_scores(ctx, _as_floats(ctx.metadata["seat_hits"]), "hits")
+        elif task == "code_review":
+            await play_code_review(ctx, data.settings, self._problem(instance), data.template, judges, panel)
+        elif task == "translation":
+            await play_translation(ctx, data.settings, self._passage(instance), data.template, judges, panel)
+        else:
+            raise ValueError(f"unknown DeepEval task '{task}'")
+
+    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        """Only the writer-editor tasks have verdicts; the games are scored by their rules."""
+        assert isinstance(instance, DeepEvalInstance)
+        if instance.task == "code_review":
+            await judge_code_review(ctx, self.data.settings, self._problem(instance), self.data.template, judges, panel)
+        elif instance.task == "translation":
+            await judge_translation(ctx, self.data.settings, self._passage(instance), self.data.template, judges, panel)
+
+    def _seat_scores(self, ctx: EpisodeContext, values: dict[str, float], metric: str) -> None:
+        seats = ctx.metadata["seats"]
+        assert isinstance(seats, dict)
+        ctx.scores.extend(seat_scores(seats, values, metric))
+
+    def _problem(self, instance: DeepEvalInstance) -> CodeProblem:
+        return self.data.problems[instance.item]
+
+    def _passage(self, instance: DeepEvalInstance) -> Passage:
+        return self.data.passages[instance.item]
+
+
+def _as_floats(values: object) -> dict[str, float]:
+    assert isinstance(values, dict)
+    return {str(key): float(value) for key, value in values.items()}
+
+
+class DeepEvalFamily:
+    description = DESCRIPTION
+    judge_template = JUDGE_TEMPLATE
+
+    def __init__(self, name: str, data: DeepEvalData) -> None:
+        self.name = name
+        self.data = data
+        self._stages = [WaveStage(name, data, wave) for wave in range(data.settings.repetitions.waves())]
+
+    def stages(self) -> list[ScenarioFamily]:
+        return list(self._stages)
+
+    def instances(self) -> list[Instance]:
+        """The first wave: every task's first repetitions."""
+        return self._stages[0].instances()
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        return self._stages[0].select_instances(instances, limit, seed)
+
+
+def load_deepeval(spec: str, data_folder: Path, judges_folder: Path, *, seed: int) -> DeepEvalFamily:
+    """`deepeval` (our data) or `deepeval:FOLDER`, a folder with the same files (e.g. other problems)."""
+    _, _, source = spec.partition(":")
+    folder = Path(source) if source else data_folder
+    if not folder.is_dir():
+        raise ApplianceError(f"scenario '{spec}': data folder {folder} not found")
+    return DeepEvalFamily(spec, DeepEvalData(folder, judges_folder, seed))

@@ -1,0 +1,98 @@
+"""Translation (asymmetric writer-editor): a Translator drafts, a Proofreader polishes; the panel rates both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from appliance.engine.types import Sampling
+from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.templates import RatingTemplate
+from appliance.scenarios.deepeval.referee import Referee, Seat
+from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.writer_editor import rate_roles
+from appliance.tomlfile import read_toml
+
+TRANSLATOR, PROOFREADER = "Translator", "Proofreader"
+
+
+class Passage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    source: str
+    target: str
+    text: str
+
+    @property
+    def pair(self) -> str:
+        return f"{self.source}->{self.target}"
+
+
+def load_passages(path: Path) -> list[Passage]:
+    raw = read_toml(path, "translation passages")
+    try:
+        passages = [Passage.model_validate(entry) for entry in raw.get("passage", [])]
+    except ValidationError as error:
+        raise ApplianceError(describe_validation_error(path, error)) from None
+    ids = [passage.id for passage in passages]
+    if not passages or len(set(ids)) != len(ids):
+        raise ApplianceError(f"{path}: needs [[passage]] entries with unique ids")
+    return passages
+
+
+async def play_translation(
+    ctx: EpisodeContext,
+    settings: DeepEvalSettings,
+    passage: Passage,
+    template: RatingTemplate,
+    judges: list[str],
+    panel: str,
+) -> None:
+    rules = settings.translation
+    languages = {"source": passage.source, "target": passage.target}
+    referee = Referee(
+        ctx,
+        [
+            Seat(TRANSLATOR, "player", rules.translator_system.format(**languages)),
+            Seat(PROOFREADER, "partner", rules.proofreader_system.format(**languages)),
+        ],
+    )
+    sampling = Sampling(temperature=settings.players.temperature, max_tokens=rules.max_tokens)
+    referee.post(rules.translate.format(text=passage.text, **languages), [TRANSLATOR])
+    referee.end_round()
+    draft = (await referee.collect([TRANSLATOR], sampling=sampling))[TRANSLATOR]
+    referee.post(rules.proofread.format(text=passage.text, draft=draft.strip(), **languages), [PROOFREADER])
+    referee.end_round()
+    await referee.collect([PROOFREADER], sampling=sampling)
+    referee.end_round()
+    ctx.metadata["seats"] = {
+        seat: {"model": referee.model_of(seat), "role": seat.lower()} for seat in (TRANSLATOR, PROOFREADER)
+    }
+    await judge_translation(ctx, settings, passage, template, judges, panel)
+
+
+async def judge_translation(
+    ctx: EpisodeContext,
+    settings: DeepEvalSettings,
+    passage: Passage,
+    template: RatingTemplate,
+    judges: list[str],
+    panel: str,
+) -> None:
+    rules = settings.translation
+    languages = {"source": passage.source, "target": passage.target}
+    await rate_roles(
+        ctx,
+        template,
+        task=f"Translate this {passage.source} text into {passage.target}, then proofread the draft.\n{passage.text}",
+        criteria={
+            TRANSLATOR: rules.translator_criteria.format(**languages),
+            PROOFREADER: rules.proofreader_criteria.format(**languages),
+        },
+        bindings={TRANSLATOR: "player", PROOFREADER: "partner"},
+        judges=judges,
+        panel=panel,
+    )

@@ -1,0 +1,282 @@
+"""DeepEval with scripted models: the referee's synchronous rounds and anonymity, public goods
+arithmetic, word chain rules, the sandbox against hostile code, code review flow, and the waves of
+repetitions through the runner down to the report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest, Sampling
+from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.report import build_deepeval_report
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios import load_family
+from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
+from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
+from appliance.scenarios.deepeval.referee import Referee, Seat
+from appliance.scenarios.deepeval.sandbox import run_tests
+from appliance.scenarios.deepeval.settings import DeepEvalSettings, SandboxLimits
+from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
+from appliance.scheduler import Scheduler
+from appliance.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "scenarios" / "deepeval"
+MODELS = ["smollm2-135m", "gemma3-270m"]
+LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, test_s=0.5, memory_mb=256, output_kb=64)
+IDIOMS = read_word_list(DATA / "idioms.txt", "idiom")
+WORDS = read_word_list(DATA / "words.txt", "english")
+PROBLEMS = load_problems(DATA / "code_problems.toml")
+
+
+def test_public_goods_payoffs_follow_the_rules() -> None:
+    result = settle_round([10, 0, 10, 0], endowment=10, alpha=1.6)
+    assert result.income == pytest.approx(8.0)  # 1.6 x 20 / 4
+    assert result.gains == pytest.approx([8.0, 18.0, 8.0, 18.0])
+    nobody = settle_round([0, 0, 0], endowment=10, alpha=2.0)
+    assert nobody.income == 0 and nobody.gains == [10, 10, 10]
+    assert parse_investment('{"reason": "half", "amount": 5}', 10) == parse_investment(
+        '{"amount": 5, "reason": "half"}', 10
+    )
+    assert parse_investment('{"reason": "all", "amount": 10}', 10).amount == 10
+    for bad in ('{"reason": "x", "amount": 11}', '{"amount": -1}', '{"amount": 2.5}', '{"amount": "5"}',
+                '{"amount": true}', "five coins", "[5]"):  # fmt: skip
+        investment = parse_investment(bad, 10)
+        assert investment.violation and investment.amount == 0, bad
+
+
+def scripted_context(respond: object, models: dict[str, str]) -> tuple[EpisodeContext, Scheduler]:
+    backends = {name: ScriptedBackend(name, respond) for name in set(models.values())}  # type: ignore[arg-type]
+    scheduler = Scheduler(backends)
+    roles = {role: RoleBinding(model) for role, model in models.items()}
+    return EpisodeContext("run:deepeval:x:y", 7, scheduler, roles), scheduler
+
+
+def drive(scheduler: Scheduler, coroutine: object) -> object:
+    async def main() -> object:
+        task = asyncio.ensure_future(coroutine)  # type: ignore[arg-type]
+        await scheduler.drive(task)
+        return task.result()
+
+    return asyncio.run(main())
+
+
+def test_no_participant_sees_a_message_of_its_own_round() -> None:
+    prompts: list[tuple[str, str]] = []
+
+    def respond(request: GenerationRequest) -> str:
+        seat = request.conversation_key.rsplit("/", 2)[1]
+        heard = sum(message.role == "user" for message in request.messages)
+        prompts.append((seat, "\n".join(message.content for message in request.messages)))
+        return f"<{seat} round {heard}>"
+
+    ctx, scheduler = scripted_context(respond, {"player": "a", "partner": "b"})
+    names = ["Player 1", "Player 2", "Player 3"]
+    referee = Referee(ctx, [Seat(name, "player" if k % 2 == 0 else "partner", "rules") for k, name in enumerate(names)])
+
+    async def three_rounds() -> None:
+        for _ in range(3):
+            await referee.collect(names, sampling=Sampling(), forward_to=lambda seat: [n for n in names if n != seat])
+            referee.end_round()
+
+    drive(scheduler, three_rounds())
+    assert len(prompts) == 9
+    for seat, prompt in prompts:
+        tags = re.findall(r"<(Player \d) round (\d)>", prompt)
+        asked_in = len([p for s, p in prompts[: prompts.index((seat, prompt)) + 1] if s == seat])
+        # what a seat sees at its k-th request are the messages of rounds 1..k-1, never round k
+        assert all(int(number) < asked_in for _, number in tags)
+        assert sorted({int(number) for sender, number in tags if sender != seat}) == list(range(1, asked_in))
+    pool = ctx.metadata["pool"]
+    assert isinstance(pool, list) and len(pool) == 3
+    assert [m["sender"] for m in pool[0]["messages"]] == names
+    assert pool[0]["messages"][0]["recipients"] == ("Player 2", "Player 3")
+    assert [m.speaker for m in ctx.messages] == names * 3 and {m.model for m in ctx.messages} == {"a", "b"}
+
+
+def test_idiom_and_word_chain_rules() -> None:
+    assert rule_broken("意气风发", "一心一意", set(), IDIOMS) is None
+    assert rule_broken("意气风发", "一心一意", {"意气风发"}, IDIOMS) == "'意气风发' was already used"
+    assert rule_broken("发扬光大", "一心一意", set(), IDIOMS) == "'发扬光大' does not start with '意'"
+    assert rule_broken("意意意意", "一心一意", set(), IDIOMS) == "'意意意意' is not on the list"
+    assert rule_broken("", "一心一意", set(), IDIOMS) == "no answer"
+    assert extract_move("好的：意气风发。", "idiom") == "意气风发" and extract_move("I do not know", "idiom") == ""
+    assert extract_move("**Elephant**, because", "english") == "elephant"
+    assert rule_broken("tiger", "elephant", set(), WORDS) is None
+    assert rule_broken("rabbit", "tiger", {"rabbit"}, WORDS) == "'rabbit' was already used"
+    assert len(IDIOMS.items) >= 300 and all(len(idiom) == 4 for idiom in IDIOMS.items)
+    assert all(IDIOMS.continuations(opening) for opening in IDIOMS.openings())
+    assert len(WORDS.items) >= 300 and len(WORDS.openings()) == len(WORDS.items)
+
+
+def test_a_word_list_with_a_bad_entry_is_refused_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "idioms.txt"
+    bad.write_text("# comment\n一心一意\n意气风发吧\n", encoding="utf-8")
+    with pytest.raises(ApplianceError, match=r"idioms.txt:3: '意气风发吧' is not a valid idiom entry"):
+        read_word_list(bad, "idiom")
+
+
+def test_the_sandbox_contains_hostile_code_and_scores_it_as_failure(tmp_path: Path) -> None:
+    sentinel = tmp_path / "keep.txt"
+    sentinel.write_text("precious")
+    tests = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
+    assert run_tests("def add(a, b):\n    return a + b\n", tests, LIMITS).status == "passed"
+    hostile = {
+        "loop": "def add(a, b):\n    while True:\n        pass\n",
+        "stubborn loop": "import time\ndef add(a, b):\n    while True:\n        try:\n            time.sleep(60)\n"
+        "        except BaseException:\n            pass\n",
+        "delete": f"import os\nos.remove({str(sentinel)!r})\ndef add(a, b):\n    return a + b\n",
+        "delete later": f"import os\ndef add(a, b):\n    os.unlink({str(sentinel)!r})\n    return a + b\n",
+        "overwrite": f"def add(a, b):\n    open({str(sentinel)!r}, 'w').write('gone')\n    return a + b\n",
+        "shell": f"import os\ndef add(a, b):\n    os.system('rm -f {sentinel}')\n    return a + b\n",
+        "flood": "print('x' * 10_000_000)\ndef add(a, b):\n    return a + b\n",
+        "endless output": "import sys\nwhile True:\n    sys.stdout.write('y' * 4096)\n",
+        "exit": "import os\nos._exit(0)\n",
+    }
+    results = {name: run_tests(code, tests, LIMITS) for name, code in hostile.items()}
+    for name, result in results.items():
+        assert result.passed == 0 and result.status != "passed", name
+        assert result.wall_s < LIMITS.wall_s + 3, name
+    assert sentinel.read_text() == "precious"
+    assert results["stubborn loop"].status == "timeout"
+    assert "output limit" in results["endless output"].detail
+    assert "PermissionError" in results["delete later"].detail
+
+
+def test_every_problem_has_tests_its_reference_passes_in_the_sandbox() -> None:
+    assert len(PROBLEMS) >= 20 and len({p.id for p in PROBLEMS}) == len(PROBLEMS)
+    for problem in PROBLEMS:
+        assert problem.function in problem.description and len(problem.tests) >= 3
+        assert run_tests(problem.reference, problem.tests, LIMITS).status == "passed", problem.id
+        wrong = f"def {problem.function}(*args, **kwargs):\n    return None\n"
+        assert run_tests(wrong, problem.tests, LIMITS).status == "failed", problem.id
+
+
+def test_code_extraction_and_the_reviewers_done_word() -> None:
+    reply = "Here:\n```python\ndef f():\n    return 1\n```\nand better:\n```python\ndef f():\n    return 2\n```"
+    assert extract_code(reply) == "def f():\n    return 2"
+    assert extract_code("```\ndef g(): pass") == "def g(): pass"  # cut off by the token limit
+    assert extract_code("def h(): pass") == "def h(): pass"
+    assert review_is_done(" done. ", "DONE") and review_is_done("**DONE**", "DONE")
+    assert not review_is_done("Not done yet: handle empty lists.", "DONE")
+
+
+def test_the_shipped_data_is_what_the_issue_asks_for() -> None:
+    settings = DeepEvalSettings.load(DATA / "deepeval.toml")
+    goods = settings.public_goods
+    assert (goods.rounds, goods.endowment) == (5, 10) and goods.seats >= 2
+    passages = tomllib.loads((DATA / "passages.toml").read_text(encoding="utf-8"))["passage"]
+    assert len({(p["source"], p["target"]) for p in passages}) >= 3
+
+
+def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:
+    """smollm2 plays well (invests everything, knows the lists, writes the reference solution,
+    approves), gemma3 badly (free-rides, gives up, writes junk, always objects); judges rate 7 and 5.
+    Public goods investments alternate with the repetition, so those payoffs never settle."""
+    name = spec.name
+    references = {problem.description: problem.reference for problem in PROBLEMS}
+    good = name == "smollm2-135m"
+
+    def respond(request: GenerationRequest) -> str:
+        episode, seat, _ = request.conversation_key.rsplit("/", 2)
+        text = "\n".join(message.content for message in request.messages)
+        if seat.startswith("judge-"):
+            return '{"score": 7}' if good else '{"score": 5}'
+        if seat.startswith("Player") and request.grammar is not None:
+            repetition = int(re.findall(r"/r(\d+):", episode)[-1])
+            return json.dumps({"reason": "r", "amount": 10 if good and repetition % 2 == 0 else 0})
+        if seat.startswith("Player"):
+            if not good:
+                return "I pass"
+            words = IDIOMS if "「" in text else WORDS
+            used = set(re.findall(r"[\u4e00-\u9fff]{4}|[a-z]+", text.split("chain")[-1]))
+            needed = re.findall(r"「(.)」|letter '(.)'", text)[-1]
+            start = needed[0] or needed[1]
+            return next((w for w in sorted(words.items) if w[0] == start and w not in used), "I give up")
+        if seat == "Programmer":
+            problem = text.split("Problem: ", 1)[1].split("\n")[0]
+            return f"```python\n{references[problem]}```" if good else "```python\ndef nothing():\n    pass\n```"
+        if seat == "Reviewer":
+            return "DONE" if good else "This is wrong: handle the edge cases."
+        return "Ein übersetzter Text."
+
+    return ScriptedBackend(name, respond)
+
+
+def deepeval_config(catalog: Catalog, players: list[str], limit: int | None, scenario: str) -> RunConfig:
+    return RunConfig(
+        scenarios=[scenario],
+        players=players,
+        interrogator=players[0],
+        panel=Panel(name="p", judges=MODELS),
+        limit=limit,
+        models_file=str(catalog.source),
+    )
+
+
+def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    backends: list[ScriptedBackend] = []
+
+    def factory(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:
+        backends.append(scripted_models(catalog, spec, parallel=parallel))
+        return backends[-1]
+
+    with Store.open(tmp_path / "db.duckdb") as store:
+        config = deepeval_config(catalog, MODELS, 1, "deepeval")
+        summary = Runner(catalog, store, factory).execute(config, [load_family("deepeval", store=store)])
+        report = build_deepeval_report(store, summary.run_id, "deepeval")
+        pools = store.query("SELECT metadata FROM episodes WHERE run_id = ?", [summary.run_id])
+    assert summary.episodes_total == 6 * 2 and summary.episodes_failed == 0  # 6 tasks x both orders of the pair
+    prompts = [m.content for backend in backends for request in backend.requests for m in request.messages]
+    assert prompts and not [p for p in prompts if re.search(r"smollm|gemma|135m|270m", p, re.IGNORECASE)]
+    assert all(json.loads(metadata)["pool"] for (metadata,) in pools)
+    payoff = {(row.task, row.model, row.role): (row.payoff.mean, row.payoff.n) for row in report.symmetric}
+    assert payoff[("public_goods_mode1", "smollm2-135m", "player")] == (40.0, 2)  # gives 10 a round, gets 8
+    assert payoff[("public_goods_mode2", "gemma3-270m", "player")] == (90.0, 2)  # keeps 10, gets 8
+    assert payoff[("idiom_chain", "smollm2-135m", "player")] == (1.0, 2)
+    assert payoff[("word_chain", "gemma3-270m", "player")] == (0.0, 2)
+    roles = {(row.task, row.model, row.role): row for row in report.asymmetric}
+    assert roles[("code_review", "smollm2-135m", "programmer")].payoff.mean == 1.0
+    assert roles[("code_review", "gemma3-270m", "programmer")].payoff.mean == 0.0
+    assert roles[("code_review", "gemma3-270m", "reviewer")].payoff.mean == 6.0  # judges' 7 and 5
+    assert roles[("code_review", "smollm2-135m", "programmer")].extras == {"rating:programmer": 6.0}
+    assert {role for (task, _, role) in roles if task == "translation"} == {"translator", "proofreader"}
+    hits = {(row.task, row.model): row.extras["hits"] for row in report.symmetric if "hits" in row.extras}
+    assert hits[("idiom_chain", "smollm2-135m")] == 0.5  # one valid move when it starts, none when it answers a pass
+
+
+def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: Path) -> None:
+    folder = tmp_path / "deepeval"
+    shutil.copytree(DATA, folder)
+    settings = (folder / "deepeval.toml").read_text(encoding="utf-8")
+    settings = (
+        settings.replace("initial = 3", "initial = 2").replace("step = 2", "step = 1").replace("max = 9", "max = 4")
+    )
+    (folder / "deepeval.toml").write_text(settings, encoding="utf-8")
+    catalog = load_catalog(REPO / "models.toml")
+    spec = f"deepeval:{folder}"
+    with Store.open(tmp_path / "db.duckdb") as store:
+        config = deepeval_config(catalog, ["smollm2-135m"], None, spec)
+        summary = Runner(catalog, store, scripted_models).execute(config, [load_family(spec, store=store)])
+        resumed = Runner(catalog, store, scripted_models).execute(
+            config, [load_family(spec, store=store)], resume=summary.run_id
+        )
+        report = build_deepeval_report(store, summary.run_id, spec)
+    needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
+    # self-play public goods alternates 80 (all give 10) and 50 coins: never stable, so played to max
+    assert needed["public_goods_mode1"] == (4, False) and needed["public_goods_mode2"] == (4, False)
+    assert needed["idiom_chain"] == needed["code_review"] == needed["translation"] == (2, True)
+    assert summary.episodes_total == 6 * 2 + 2 + 2 and summary.episodes_failed == 0
+    assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
