@@ -25,9 +25,11 @@ from appliance.labels import LabelSet, read_labels
 from appliance.report import (
     ClemReport,
     ConsistencyReport,
+    DeepEvalReport,
     Leaderboard,
     SimulReport,
     build_clem_report,
+    build_deepeval_report,
     build_leaderboard,
     build_scenario_report,
     build_simulbench_report,
@@ -37,6 +39,8 @@ from appliance.runner import RunConfig, Runner, RunSummary
 from appliance.scenarios import Family, Instance, ScenarioFamily, StagedFamily, family_names, load_family
 from appliance.scenarios.clembench.family import ClembenchFamily
 from appliance.scenarios.clembench.master import Outcome, Seat, Table
+from appliance.scenarios.deepeval.family import DeepEvalFamily
+from appliance.scenarios.deepeval.referee import Referee
 from appliance.scenarios.simulbench.family import SimulBenchFamily
 from appliance.scenarios.simulbench.scripts import TestScript
 from appliance.scheduler import Scheduler
@@ -54,6 +58,8 @@ __all__ = [
     "ClembenchFamily",
     "Completion",
     "ConsistencyReport",
+    "DeepEvalFamily",
+    "DeepEvalReport",
     "EpisodeContext",
     "EpisodeFailed",
     "Family",
@@ -70,6 +76,7 @@ __all__ = [
     "PairwiseTemplate",
     "Panel",
     "RatingTemplate",
+    "Referee",
     "ResolvedSampling",
     "RoleBinding",
     "RunConfig",
@@ -89,6 +96,7 @@ __all__ = [
     "YesNoTemplate",
     "ask_judge",
     "build_clem_report",
+    "build_deepeval_report",
     "build_leaderboard",
     "build_scenario_report",
     "build_simulbench_report",

@@ -61,7 +61,7 @@ def extract_move(text: str, kind: ChainKind) -> str:
     if kind == "english":
         word = _WORD.search(text)
         return word.group().lower() if word else ""
-    runs = _IDIOM.findall(text)
+    runs: list[str] = _IDIOM.findall(text)
     four = [run for run in runs if len(run) == 4]
     return (four or runs or [""])[0]
 
