@@ -13,19 +13,17 @@ import asyncio
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
-from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import RatingTemplate
 from appliance.scenarios.base import RULES_PANEL
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.sandbox import TestRun, run_tests
-from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
 from appliance.scenarios.deepeval.writer_editor import rate_roles
 from appliance.store.records import ScoreRecord
-from appliance.tomlfile import read_toml
 
 PROGRAMMER, REVIEWER = "Programmer", "Reviewer"
 _FENCED = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -43,15 +41,7 @@ class CodeProblem(BaseModel):
 
 
 def load_problems(path: Path) -> list[CodeProblem]:
-    raw = read_toml(path, "code problems")
-    try:
-        problems = [CodeProblem.model_validate(entry) for entry in raw.get("problem", [])]
-    except ValidationError as error:
-        raise ApplianceError(describe_validation_error(path, error)) from None
-    ids = [problem.id for problem in problems]
-    if not problems or len(set(ids)) != len(ids):
-        raise ApplianceError(f"{path}: needs [[problem]] entries with unique ids")
-    return problems
+    return read_entries(path, "problem", CodeProblem, "code problems")
 
 
 def extract_code(reply: str) -> str:

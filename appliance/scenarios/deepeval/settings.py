@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -10,6 +11,7 @@ from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
 
 SETTINGS_FILE = "deepeval.toml"
+EntryT = TypeVar("EntryT", bound=BaseModel)
 
 
 class _Section(BaseModel):
@@ -120,3 +122,16 @@ class DeepEvalSettings(_Section):
             return cls.model_validate(raw)
         except ValidationError as error:
             raise ApplianceError(describe_validation_error(path, error)) from None
+
+
+def read_entries(path: Path, table: str, entry: type[EntryT], what: str) -> list[EntryT]:
+    """A data file's `[[table]]` entries (problems, passages), which need unique ids."""
+    raw = read_toml(path, what)
+    try:
+        entries = [entry.model_validate(item) for item in raw.get(table, [])]
+    except ValidationError as error:
+        raise ApplianceError(describe_validation_error(path, error)) from None
+    ids = [getattr(item, "id", None) for item in entries]
+    if not entries or len(set(ids)) != len(ids):
+        raise ApplianceError(f"{path}: needs [[{table}]] entries with unique ids")
+    return entries

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
-from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import RatingTemplate
 from appliance.scenarios.deepeval.referee import Referee, Seat
-from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
 from appliance.scenarios.deepeval.writer_editor import rate_roles
-from appliance.tomlfile import read_toml
 
 TRANSLATOR, PROOFREADER = "Translator", "Proofreader"
 
@@ -32,15 +30,7 @@ class Passage(BaseModel):
 
 
 def load_passages(path: Path) -> list[Passage]:
-    raw = read_toml(path, "translation passages")
-    try:
-        passages = [Passage.model_validate(entry) for entry in raw.get("passage", [])]
-    except ValidationError as error:
-        raise ApplianceError(describe_validation_error(path, error)) from None
-    ids = [passage.id for passage in passages]
-    if not passages or len(set(ids)) != len(ids):
-        raise ApplianceError(f"{path}: needs [[passage]] entries with unique ids")
-    return passages
+    return read_entries(path, "passage", Passage, "translation passages")
 
 
 async def play_translation(
