@@ -102,10 +102,16 @@ def select_instances(instances: list[Instance], limit: int | None, seed: int) ->
     return chosen if limit is None else chosen[:limit]
 
 
+def first_stage(family: Family) -> ScenarioFamily:
+    """What a run plays first: the family itself, or a staged family's first stage."""
+    return family.stages()[0] if isinstance(family, StagedFamily) else family
+
+
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:
-    """The instances a run plays; a family may choose its own subset (SimulateBench keeps base profiles)."""
-    select = getattr(family, "select_instances", select_instances)
-    return list(select(family.instances(), limit, seed))
+    """The instances a run plays first; a family may choose its own subset (SimulateBench keeps base profiles)."""
+    played = first_stage(family)
+    select = getattr(played, "select_instances", select_instances)
+    return list(select(played.instances(), limit, seed))
 
 
 def support_models(config: RunConfig) -> dict[str, str]:

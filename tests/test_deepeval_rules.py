@@ -20,6 +20,7 @@ from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.report import build_deepeval_report
+from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
@@ -73,13 +74,14 @@ def drive(scheduler: Scheduler, coroutine: object) -> object:
 
 
 def test_no_participant_sees_a_message_of_its_own_round() -> None:
-    prompts: list[tuple[str, str]] = []
+    #: (seat, how many requests the seat has made so far including this one, the prompt's text)
+    prompts: list[tuple[str, int, str]] = []
 
     def respond(request: GenerationRequest) -> str:
         seat = request.conversation_key.rsplit("/", 2)[1]
-        heard = sum(message.role == "user" for message in request.messages)
-        prompts.append((seat, "\n".join(message.content for message in request.messages)))
-        return f"<{seat} round {heard}>"
+        asked = 1 + sum(1 for s, _, _ in prompts if s == seat)
+        prompts.append((seat, asked, "\n".join(message.content for message in request.messages)))
+        return f"<{seat} round {asked}>"
 
     ctx, scheduler = scripted_context(respond, {"player": "a", "partner": "b"})
     names = ["Player 1", "Player 2", "Player 3"]
@@ -92,9 +94,8 @@ def test_no_participant_sees_a_message_of_its_own_round() -> None:
 
     drive(scheduler, three_rounds())
     assert len(prompts) == 9
-    for seat, prompt in prompts:
+    for seat, asked_in, prompt in prompts:
         tags = re.findall(r"<(Player \d) round (\d)>", prompt)
-        asked_in = len([p for s, p in prompts[: prompts.index((seat, prompt)) + 1] if s == seat])
         # what a seat sees at its k-th request are the messages of rounds 1..k-1, never round k
         assert all(int(number) < asked_in for _, number in tags)
         assert sorted({int(number) for sender, number in tags if sender != seat}) == list(range(1, asked_in))
@@ -103,6 +104,7 @@ def test_no_participant_sees_a_message_of_its_own_round() -> None:
     assert [m["sender"] for m in pool[0]["messages"]] == names
     assert pool[0]["messages"][0]["recipients"] == ("Player 2", "Player 3")
     assert [m.speaker for m in ctx.messages] == names * 3 and {m.model for m in ctx.messages} == {"a", "b"}
+    assert ctx.metadata["seats"] == {"Player 1": "a", "Player 2": "b", "Player 3": "a"}
 
 
 def test_idiom_and_word_chain_rules() -> None:
@@ -237,6 +239,10 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
         config = deepeval_config(catalog, MODELS, 1, "deepeval")
         summary = Runner(catalog, store, factory).execute(config, [load_family("deepeval", store=store)])
         report = build_deepeval_report(store, summary.run_id, "deepeval")
+        rescored = rescore_run(
+            store, catalog, summary.run_id, Panel(name="q", judges=["gemma3-270m"]), backend_factory=factory
+        )
+        by_gemma = build_deepeval_report(store, summary.run_id, "deepeval", panel="q")
         pools = store.query("SELECT metadata FROM episodes WHERE run_id = ?", [summary.run_id])
     assert summary.episodes_total == 6 * 2 and summary.episodes_failed == 0  # 6 tasks x both orders of the pair
     prompts = [m.content for backend in backends for request in backend.requests for m in request.messages]
@@ -253,6 +259,16 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert roles[("code_review", "gemma3-270m", "reviewer")].payoff.mean == 6.0  # judges' 7 and 5
     assert roles[("code_review", "smollm2-135m", "programmer")].extras == {"rating:programmer": 6.0}
     assert {role for (task, _, role) in roles if task == "translation"} == {"translator", "proofreader"}
+    # another panel re-rates the writer-editor roles from the stored transcripts; the games keep their rule scores
+    assert rescored.episodes == 12
+    again = {(row.task, row.model, row.role): row.payoff.mean for row in by_gemma.asymmetric}
+    assert (
+        again[("code_review", "gemma3-270m", "reviewer")]
+        == again[("translation", "smollm2-135m", "proofreader")]
+        == 5.0
+    )
+    assert again[("code_review", "smollm2-135m", "programmer")] == 1.0
+    assert [row.payoff.mean for row in by_gemma.symmetric] == [row.payoff.mean for row in report.symmetric]
     hits = {(row.task, row.model): row.extras["hits"] for row in report.symmetric if "hits" in row.extras}
     assert hits[("idiom_chain", "smollm2-135m")] == 0.5  # one valid move when it starts, none when it answers a pass
 

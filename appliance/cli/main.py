@@ -39,7 +39,7 @@ from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root, scenarios_dir  # noqa: E402
 from appliance.report import build_scenario_report  # noqa: E402
-from appliance.runner import RunConfig, Runner, instances_for_run, support_models  # noqa: E402
+from appliance.runner import RunConfig, Runner, first_stage, instances_for_run, support_models  # noqa: E402
 from appliance.scenarios import family_names, load_family  # noqa: E402
 from appliance.scenarios.clembench.instances import InstanceSet  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
@@ -285,7 +285,7 @@ def scenarios_list(as_json: JsonOption = False) -> None:
     rows = []
     for name in family_names():
         family = load_family(name)
-        instances = family.instances()
+        instances = first_stage(family).instances()
         languages = sorted({instance.language for instance in instances})
         rows.append(
             {

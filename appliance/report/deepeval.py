@@ -13,13 +13,11 @@ from pydantic import BaseModel
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.scenarios.deepeval.family import DeepEvalData, load_deepeval
 from appliance.scenarios.deepeval.payoffs import (
-    PayoffSamples,
     interval,
-    is_stable,
     metric_samples,
     payoff_samples,
-    task_is_stable,
     task_of,
+    within_tolerance,
 )
 from appliance.store import Store
 
@@ -78,9 +76,8 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
                 continue
             bounds = interval(values, rule.confidence)
             extras = {metric: _mean(samples.get((task, model, metric), [])) for metric in spec.extras.get(role, ())}
-            cell = PayoffCell(
-                mean=_mean(values), ci=bounds, n=len(values), stable=is_stable(values, spec.payoff_range, rule)
-            )
+            stable = within_tolerance(bounds, spec.payoff_range, rule)
+            cell = PayoffCell(mean=_mean(values), ci=bounds, n=len(values), stable=stable)
             rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
     symmetric_tasks = {spec.id for spec in data.specs if spec.symmetric}
     return DeepEvalReport(
@@ -90,7 +87,7 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         panel=panel_name,
         symmetric=[row for row in rows if row.task in symmetric_tasks],
         asymmetric=[row for row in rows if row.task not in symmetric_tasks],
-        repetitions=_repetitions(store, run_id, scenario, payoffs, data),
+        repetitions=_repetitions(store, run_id, scenario, rows, data),
         tolerance=rule.tolerance,
         confidence=rule.confidence,
     )
@@ -101,13 +98,16 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _repetitions(
-    store: Store, run_id: str, scenario: str, payoffs: PayoffSamples, data: DeepEvalData
+    store: Store, run_id: str, scenario: str, rows: list[PayoffRow], data: DeepEvalData
 ) -> list[TaskRepetitions]:
-    rows = store.query("SELECT instance_id, status FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, scenario])
+    """Per task: repetitions and episodes played, and stable when every payoff row of it is."""
+    episode_rows = store.query(
+        "SELECT instance_id, status FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, scenario]
+    )
     repetitions: dict[str, set[str]] = defaultdict(set)
     episodes: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
-    for instance_id, status in rows:
+    for instance_id, status in episode_rows:
         task = task_of(str(instance_id))
         repetitions[task].add(str(instance_id))
         episodes[task] += 1
@@ -118,7 +118,7 @@ def _repetitions(
             repetitions=len(repetitions[task]),
             episodes=episodes[task],
             failed=failed[task],
-            stable=task_is_stable(data.spec(task), payoffs, data.settings.repetitions),
+            stable=any(row.task == task for row in rows) and all(row.payoff.stable for row in rows if row.task == task),
         )
         for task in (spec.id for spec in data.specs)
         if episodes[task]

@@ -69,11 +69,9 @@ class StagedFamily(Protocol):
     #: the rating template whose calibration the runner picks for the family's stages
     judge_template: str
 
-    def instances(self) -> list[Instance]:
-        """The first stage's instances (what `scenarios list` counts and `--limit` chooses from)."""
+    def stages(self) -> list[ScenarioFamily]:
+        """The stages in order; the first one's instances are what `scenarios list` counts."""
         ...
-
-    def stages(self) -> list[ScenarioFamily]: ...
 
 
 #: what `load_family` returns: a family played in one go, or one played in stages

@@ -55,14 +55,8 @@ def review_is_done(review: str, done_word: str) -> bool:
     return review.strip().strip(".!*`'\"").upper() == done_word.upper()
 
 
-async def play_code_review(
-    ctx: EpisodeContext,
-    settings: DeepEvalSettings,
-    problem: CodeProblem,
-    template: RatingTemplate,
-    judges: list[str],
-    panel: str,
-) -> None:
+async def play_code_review(ctx: EpisodeContext, settings: DeepEvalSettings, problem: CodeProblem) -> None:
+    """Play the exchange and run the tests; the family then has the panel rate both roles."""
     rules = settings.code_review
     seats = [
         Seat(PROGRAMMER, "player", rules.programmer_system),
@@ -98,19 +92,17 @@ async def play_code_review(
         asyncio.to_thread(run_tests, versions[0], problem.tests, rules.sandbox),
     )
     ctx.metadata.update(
-        seats={PROGRAMMER: _seat(referee, PROGRAMMER), REVIEWER: _seat(referee, REVIEWER)},
         reviews=reviews,
         approved=approved,
         final_code=versions[-1],
         tests=_described(final),
         first_tests=_described(first),
     )
-    programmer, reviewer = ctx.model_for("player"), ctx.model_for("partner")
+    programmer, reviewer = referee.models[PROGRAMMER], referee.models[REVIEWER]
     ctx.scores += [
         ScoreRecord(panel=RULES_PANEL, player=programmer, metric="tests:programmer", value=final.fraction),
         ScoreRecord(panel=RULES_PANEL, player=reviewer, metric="gain:reviewer", value=final.fraction - first.fraction),
     ]
-    await judge_code_review(ctx, settings, problem, template, judges, panel)
 
 
 async def judge_code_review(
@@ -127,14 +119,9 @@ async def judge_code_review(
         template,
         task=f"A programmer solves this problem in Python while a reviewer reviews the code.\n{problem.description}",
         criteria={PROGRAMMER: rules.programmer_criteria, REVIEWER: rules.reviewer_criteria},
-        bindings={PROGRAMMER: "player", REVIEWER: "partner"},
         judges=judges,
         panel=panel,
     )
-
-
-def _seat(referee: Referee, seat: str) -> dict[str, str]:
-    return {"model": referee.model_of(seat), "role": seat.lower()}
 
 
 def _described(run: TestRun) -> dict[str, object]:

@@ -19,10 +19,10 @@ from appliance.errors import ApplianceError
 from appliance.judging.templates import RatingTemplate, load_judge_template
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
-from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, seat_scores, task_is_stable, task_of
+from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, task_is_stable
 from appliance.scenarios.deepeval.public_goods import play_public_goods
 from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSettings
-from appliance.scenarios.deepeval.tasks import TaskSpec, task_specs
+from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.scenarios.deepeval.translation import Passage, judge_translation, load_passages, play_translation
 from appliance.scenarios.deepeval.word_chain import play_word_chain, read_word_list
 from appliance.store import Store
@@ -72,9 +72,6 @@ class DeepEvalData:
         item = items[repetition % len(items)]
         return DeepEvalInstance(id=f"{task}/r{repetition:02d}", task=task, repetition=repetition, item=item)
 
-    def spec(self, task: str) -> TaskSpec:
-        return next(spec for spec in self.specs if spec.id == task)
-
 
 def every_pairing(players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
     """Each ordered pair of distinct players (so roles and speaking order swap); self-play for one player."""
@@ -116,45 +113,33 @@ class WaveStage:
         return [i for i in instances if isinstance(i, DeepEvalInstance) and i.repetition < cap]
 
     def prepare(self, store: Store, run_id: str) -> None:
-        """Plan more repetitions of each task the last wave played whose payoffs are not yet stable."""
+        """Plan more repetitions of each task whose payoffs are not yet stable. A stable task stays
+        stable (nothing new is stored for it), and repetitions past `--limit` are dropped by
+        `select_instances`, so the stored payoffs alone decide."""
         if self.wave == 0:
             return
         panel = str(store.run(run_id)["config"]["panel"]["name"])
         payoffs = payoff_samples(metric_samples(store, run_id, self.name, panel), self.data.specs)
-        played = store.query(
-            "SELECT DISTINCT instance_id FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, self.name]
-        )
-        previous_first = 0 if self.wave == 1 else self.first - self.data.settings.repetitions.step
-        in_last_wave = {
-            task_of(str(instance_id))
-            for (instance_id,) in played
-            if int(str(instance_id).rsplit("/r", 1)[1]) >= previous_first
-        }
-        unstable = [
-            spec.id
-            for spec in self.data.specs
-            if spec.id in in_last_wave and not task_is_stable(spec, payoffs, self.data.settings.repetitions)
-        ]
+        rule = self.data.settings.repetitions
+        unstable = [spec.id for spec in self.data.specs if not task_is_stable(spec, payoffs, rule)]
         self._instances = [self.data.instance(task, r) for task in unstable for r in range(self.first, self.last)]
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, DeepEvalInstance)
         data, task = self.data, instance.task
         if task.startswith("public_goods"):
-            owned = await play_public_goods(ctx, data.settings, int(instance.item.removeprefix("mode")))
-            self._seat_scores(ctx, owned, "payoff")
-            self._seat_scores(ctx, _as_floats(ctx.metadata["seat_violations"]), "violations")
+            await play_public_goods(ctx, data.settings, int(instance.item.removeprefix("mode")))
         elif task in ("idiom_chain", "word_chain"):
-            words = data.idioms if task == "idiom_chain" else data.words
-            payoffs = await play_word_chain(ctx, data.settings, words, instance.item)
-            self._seat_scores(ctx, payoffs, "payoff")
-            self._seat_scores(ctx, _as_floats(ctx.metadata["seat_hits"]), "hits")
+            await play_word_chain(
+                ctx, data.settings, data.idioms if task == "idiom_chain" else data.words, instance.item
+            )
         elif task == "code_review":
-            await play_code_review(ctx, data.settings, self._problem(instance), data.template, judges, panel)
+            await play_code_review(ctx, data.settings, self._problem(instance))
         elif task == "translation":
-            await play_translation(ctx, data.settings, self._passage(instance), data.template, judges, panel)
+            await play_translation(ctx, data.settings, self._passage(instance))
         else:
             raise ValueError(f"unknown DeepEval task '{task}'")
+        await self.judge(ctx, instance, judges, panel)
 
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Only the writer-editor tasks have verdicts; the games are scored by their rules."""
@@ -164,21 +149,11 @@ class WaveStage:
         elif instance.task == "translation":
             await judge_translation(ctx, self.data.settings, self._passage(instance), self.data.template, judges, panel)
 
-    def _seat_scores(self, ctx: EpisodeContext, values: dict[str, float], metric: str) -> None:
-        seats = ctx.metadata["seats"]
-        assert isinstance(seats, dict)
-        ctx.scores.extend(seat_scores(seats, values, metric))
-
     def _problem(self, instance: DeepEvalInstance) -> CodeProblem:
         return self.data.problems[instance.item]
 
     def _passage(self, instance: DeepEvalInstance) -> Passage:
         return self.data.passages[instance.item]
-
-
-def _as_floats(values: object) -> dict[str, float]:
-    assert isinstance(values, dict)
-    return {str(key): float(value) for key, value in values.items()}
 
 
 class DeepEvalFamily:
@@ -191,14 +166,8 @@ class DeepEvalFamily:
         self._stages = [WaveStage(name, data, wave) for wave in range(data.settings.repetitions.waves())]
 
     def stages(self) -> list[ScenarioFamily]:
+        """The waves; the first plays every task's first repetitions."""
         return list(self._stages)
-
-    def instances(self) -> list[Instance]:
-        """The first wave: every task's first repetitions."""
-        return self._stages[0].instances()
-
-    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
-        return self._stages[0].select_instances(instances, limit, seed)
 
 
 def load_deepeval(spec: str, data_folder: Path, judges_folder: Path, *, seed: int) -> DeepEvalFamily:

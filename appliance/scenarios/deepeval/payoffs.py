@@ -23,11 +23,11 @@ from appliance.store.records import ScoreRecord
 PayoffSamples = dict[tuple[str, str, str], list[float]]
 
 
-def seat_scores(seats: Mapping[str, Mapping[str, str]], values: Mapping[str, float], metric: str) -> list[ScoreRecord]:
-    """A symmetric task's per-seat values as one score per model: the mean over its seats."""
+def seat_scores(models: Mapping[str, str], values: Mapping[str, float], metric: str) -> list[ScoreRecord]:
+    """A symmetric task's per-seat values (`models`: seat -> model) as one score per model: the mean over its seats."""
     by_model: dict[str, list[float]] = defaultdict(list)
     for seat, value in values.items():
-        by_model[seats[seat]["model"]].append(float(value))
+        by_model[models[seat]].append(float(value))
     return [ScoreRecord(panel=RULES_PANEL, player=m, metric=metric, value=mean(v)) for m, v in by_model.items()]
 
 
@@ -63,14 +63,14 @@ def interval(values: list[float], confidence: float) -> tuple[float, float] | No
     return bootstrap_interval(values, confidence=confidence) if len(values) >= 2 else None
 
 
-def is_stable(values: list[float], payoff_range: float, rule: Repetitions) -> bool:
-    bounds = interval(values, rule.confidence)
-    if bounds is None:
-        return False
-    return (bounds[1] - bounds[0]) / 2 <= rule.tolerance * payoff_range
+def within_tolerance(bounds: tuple[float, float] | None, payoff_range: float, rule: Repetitions) -> bool:
+    """A mean is stable when its interval's half-width is at most `tolerance` x the payoff range."""
+    return bounds is not None and (bounds[1] - bounds[0]) / 2 <= rule.tolerance * payoff_range
 
 
 def task_is_stable(task: TaskSpec, payoffs: PayoffSamples, rule: Repetitions) -> bool:
     """Every (model, role) payoff of `task` is stable; a task with no payoffs yet is not."""
     cells = [values for (name, _, _), values in payoffs.items() if name == task.id]
-    return bool(cells) and all(is_stable(values, task.payoff_range, rule) for values in cells)
+    return bool(cells) and all(
+        within_tolerance(interval(values, rule.confidence), task.payoff_range, rule) for values in cells
+    )

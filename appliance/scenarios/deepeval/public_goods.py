@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
+from appliance.scenarios.deepeval.payoffs import seat_scores
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, PublicGoods
 
@@ -70,8 +71,8 @@ def seat_bindings(seats: int) -> list[str]:
     return ["player" if index % 2 == 0 else "partner" for index in range(seats)]
 
 
-async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mode: int) -> dict[str, float]:
-    """Play one game; returns each seat's final coins (also stored in the metadata)."""
+async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mode: int) -> None:
+    """Play one game; each model's payoff is the mean final coins of its seats, beside its violations."""
     rules = settings.public_goods
     names = [f"Player {index + 1}" for index in range(rules.seats)]
     facts = {"seats": str(rules.seats), "rounds": str(rules.rounds), "endowment": str(rules.endowment)}
@@ -104,13 +105,11 @@ async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mod
                 messages.append(rules.next_round.format(**{**facts, "round": str(number + 1)}))
             referee.post("\n".join(messages), [name])
         referee.end_round()
-    ctx.metadata.update(
-        task_rounds=history,
-        seats={name: {"model": referee.model_of(name), "role": "player"} for name in names},
-        seat_payoffs=owned,
-        seat_violations=violations,
-    )
-    return owned
+    ctx.metadata.update(task_rounds=history, seat_payoffs=owned, seat_violations=violations)
+    ctx.scores += [
+        *seat_scores(referee.models, owned, "payoff"),
+        *seat_scores(referee.models, violations, "violations"),
+    ]
 
 
 def _feedback(

@@ -7,7 +7,7 @@ every sender's prompt from what it had received by the end of the previous
 round, then collects all replies; messages sent or posted in a round are
 delivered only when the round ends. No participant can therefore see a
 message of its own round. Each round's pool is stored in the episode's
-metadata (`pool`).
+metadata (`pool`), and which model sat where (`seats`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ class Referee:
     def __init__(self, ctx: EpisodeContext, seats: Sequence[Seat]) -> None:
         self.ctx = ctx
         self.seats = {seat.id: seat for seat in seats}
+        #: seat -> the model playing it (stored with the episode; never shown in a prompt)
+        self.models = {seat.id: ctx.model_for(seat.binding) for seat in seats}
+        ctx.metadata["seats"] = dict(self.models)
         self.rounds: list[list[PoolMessage]] = []
         self._sent: list[PoolMessage] = []
         self._conversation = {seat.id: [Message(role="system", content=seat.rules)] for seat in seats}
@@ -55,9 +58,6 @@ class Referee:
     def round(self) -> int:
         """The number of the round in progress (the briefing before the first round is round 0)."""
         return len(self.rounds)
-
-    def model_of(self, seat: str) -> str:
-        return self.ctx.model_for(self.seats[seat].binding)
 
     def post(self, text: str, to: Sequence[str]) -> None:
         """A referee message, delivered to `to` when this round ends."""
@@ -94,7 +94,7 @@ class Referee:
         )
         replies: dict[str, str] = {}
         for seat, completion in zip(senders, completions, strict=True):
-            self.ctx.record_message(seat, self.model_of(seat), completion)
+            self.ctx.record_message(seat, self.models[seat], completion)
             self._conversation[seat] = [*prompts[seat], Message(role="assistant", content=completion.text)]
             self._sent.append(PoolMessage(self.round, seat, tuple(forward_to(seat)), completion.text))
             replies[seat] = completion.text

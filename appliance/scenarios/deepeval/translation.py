@@ -33,14 +33,8 @@ def load_passages(path: Path) -> list[Passage]:
     return read_entries(path, "passage", Passage, "translation passages")
 
 
-async def play_translation(
-    ctx: EpisodeContext,
-    settings: DeepEvalSettings,
-    passage: Passage,
-    template: RatingTemplate,
-    judges: list[str],
-    panel: str,
-) -> None:
+async def play_translation(ctx: EpisodeContext, settings: DeepEvalSettings, passage: Passage) -> None:
+    """The draft and the polished text; the family then has the panel rate both roles."""
     rules = settings.translation
     languages = {"source": passage.source, "target": passage.target}
     referee = Referee(
@@ -58,10 +52,6 @@ async def play_translation(
     referee.end_round()
     await referee.collect([PROOFREADER], sampling=sampling)
     referee.end_round()
-    ctx.metadata["seats"] = {
-        seat: {"model": referee.model_of(seat), "role": seat.lower()} for seat in (TRANSLATOR, PROOFREADER)
-    }
-    await judge_translation(ctx, settings, passage, template, judges, panel)
 
 
 async def judge_translation(
@@ -82,7 +72,6 @@ async def judge_translation(
             TRANSLATOR: rules.translator_criteria.format(**languages),
             PROOFREADER: rules.proofreader_criteria.format(**languages),
         },
-        bindings={TRANSLATOR: "player", PROOFREADER: "partner"},
         judges=judges,
         panel=panel,
     )

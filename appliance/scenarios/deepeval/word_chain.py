@@ -16,6 +16,7 @@ from typing import Literal
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
+from appliance.scenarios.deepeval.payoffs import seat_scores
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings
 
@@ -79,10 +80,8 @@ def rule_broken(move: str, previous: str, used: set[str], words: WordList) -> st
     return None
 
 
-async def play_word_chain(
-    ctx: EpisodeContext, settings: DeepEvalSettings, words: WordList, opening: str
-) -> dict[str, float]:
-    """Play one game from `opening`; returns each seat's payoff (also stored in the metadata)."""
+async def play_word_chain(ctx: EpisodeContext, settings: DeepEvalSettings, words: WordList, opening: str) -> None:
+    """Play one game from `opening`; each model's payoff and hits are the means over its seats."""
     prompts = settings.word_chain.idiom if words.kind == "idiom" else settings.word_chain.english
     names = ["Player 1", "Player 2"]
     seats = [
@@ -113,12 +112,5 @@ async def play_word_chain(
         referee.post(prompts.turn.format(chain=" → ".join(chain), needed=move[-1]), [other])
         referee.end_round()
     payoffs = {name: 0.5 if loser is None else float(name != loser) for name in names}
-    ctx.metadata.update(
-        chain=chain,
-        loser=loser or "",
-        failure=failure,
-        seats={name: {"model": referee.model_of(name), "role": "player"} for name in names},
-        seat_payoffs=payoffs,
-        seat_hits=hits,
-    )
-    return payoffs
+    ctx.metadata.update(chain=chain, loser=loser or "", failure=failure, seat_payoffs=payoffs, seat_hits=hits)
+    ctx.scores += [*seat_scores(referee.models, payoffs, "payoff"), *seat_scores(referee.models, hits, "hits")]

@@ -27,15 +27,15 @@ async def rate_roles(
     *,
     task: str,
     criteria: dict[str, str],
-    bindings: dict[str, str],
     judges: list[str],
     panel: str,
 ) -> None:
     """Every judge rates every role (`criteria`: role -> what to judge); adds `rating:<role>` scores,
-    the mean of the judges whose verdict parsed, for the model bound to each role."""
+    the mean of the judges whose verdict parsed, for the model that wrote the role's messages."""
     roles = list(criteria)
     transcript = exchange_text(ctx, roles)
     last = {m.speaker: m.idx for m in ctx.messages if m.speaker in roles}
+    models = {m.speaker: m.model for m in ctx.messages if m.speaker in roles}
     missing = [role for role in roles if role not in last]
     if missing:
         raise EpisodeFailed(f"the transcript has no message from {', '.join(missing)}")
@@ -58,7 +58,7 @@ async def rate_roles(
         ctx.scores.append(
             ScoreRecord(
                 panel=panel,
-                player=ctx.model_for(bindings[role]),
+                player=models[role],
                 metric=f"rating:{role.lower()}",
                 value=mean(values) if values else None,
             )

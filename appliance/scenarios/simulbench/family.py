@@ -19,7 +19,7 @@ from appliance.judging.templates import (
     YesNoTemplate,
     load_judge_template,
 )
-from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.base import ScenarioFamily
 from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
 from appliance.scenarios.simulbench.stages import CollectStage, CompareStage, EvaluateStage, ExtractStage
 from appliance.scenarios.simulbench.tasks import (
@@ -67,14 +67,8 @@ class SimulBenchFamily:
             ]
 
     def stages(self) -> list[ScenarioFamily]:
+        """Collect, extract, evaluate, compare; or evaluate and compare for imported scripts."""
         return list(self._stages)
-
-    def instances(self) -> list[Instance]:
-        """The first stage's instances: task dialogues to collect, or imported scripts."""
-        return self._stages[0].instances()
-
-    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
-        return self._stages[0].select_instances(instances, limit, seed)
 
 
 def _as(template: JudgeTemplate, kind: type[TemplateT]) -> TemplateT:
