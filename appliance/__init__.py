@@ -22,36 +22,54 @@ from appliance.judging.templates import (
 )
 from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels import LabelSet, read_labels
-from appliance.report import (
-    ClemReport,
-    ConsistencyReport,
-    DeepEvalReport,
-    Leaderboard,
-    SimulReport,
-    build_clem_report,
-    build_deepeval_report,
-    build_leaderboard,
-    build_scenario_report,
-    build_simulbench_report,
-)
 from appliance.rescoring import rescore_run
+from appliance.roles import BackendFactory, bind_role
 from appliance.runner import RunConfig, Runner, RunSummary
-from appliance.scenarios import Family, Instance, ScenarioFamily, StagedFamily, family_names, load_family
+from appliance.scenarios import (
+    Family,
+    FamilyEntry,
+    GenerateRequest,
+    Importer,
+    ImportRequest,
+    Instance,
+    JudgedFamily,
+    LoadRequest,
+    ScenarioFamily,
+    ScenarioReport,
+    StagedFamily,
+    build_scenario_report,
+    family_entry,
+    family_names,
+    load_family,
+    register_family,
+)
+from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.clembench.family import ClembenchFamily
-from appliance.scenarios.clembench.master import Outcome, Seat, Table
+from appliance.scenarios.clembench.games import Game, register_game
+from appliance.scenarios.clembench.master import GameTable, Outcome, Seat
+from appliance.scenarios.clembench.report import ClemReport, build_clem_report
 from appliance.scenarios.deepeval.family import DeepEvalFamily
 from appliance.scenarios.deepeval.referee import Referee
+from appliance.scenarios.deepeval.report import DeepEvalReport, build_deepeval_report
+from appliance.scenarios.pingpong.family import PingPongFamily
+from appliance.scenarios.pingpong.report import PingPongLeaderboard, build_leaderboard
+from appliance.scenarios.simulatebench.family import SimulateBenchFamily
+from appliance.scenarios.simulatebench.report import ConsistencyReport, build_consistency_report
 from appliance.scenarios.simulbench.family import SimulBenchFamily
+from appliance.scenarios.simulbench.report import SimulBenchReport, build_simulbench_report
 from appliance.scenarios.simulbench.scripts import TestScript
 from appliance.scheduler import Scheduler
 from appliance.store import Store
+from appliance.store.run_view import RunView
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "RULE_SCORER",
     "ApplianceError",
     "Backend",
     "BackendCounters",
+    "BackendFactory",
     "CalibrationRequest",
     "Catalog",
     "ClemReport",
@@ -63,43 +81,57 @@ __all__ = [
     "EpisodeContext",
     "EpisodeFailed",
     "Family",
+    "FamilyEntry",
+    "Game",
+    "GameTable",
+    "GenerateRequest",
     "GenerationRequest",
+    "ImportRequest",
+    "Importer",
     "Instance",
     "JudgeTemplate",
+    "JudgedFamily",
     "LabelSet",
-    "Leaderboard",
     "LikertTemplate",
+    "LoadRequest",
     "Message",
     "ModelSpec",
     "Outcome",
     "PairVerdict",
     "PairwiseTemplate",
     "Panel",
+    "PingPongFamily",
+    "PingPongLeaderboard",
     "RatingTemplate",
     "Referee",
     "ResolvedSampling",
     "RoleBinding",
     "RunConfig",
     "RunSummary",
+    "RunView",
     "Runner",
     "Sampling",
     "ScenarioFamily",
+    "ScenarioReport",
     "Scheduler",
     "ScriptedBackend",
     "Seat",
     "SimulBenchFamily",
-    "SimulReport",
+    "SimulBenchReport",
+    "SimulateBenchFamily",
     "StagedFamily",
     "Store",
-    "Table",
     "TestScript",
     "YesNoTemplate",
     "ask_judge",
+    "bind_role",
     "build_clem_report",
+    "build_consistency_report",
     "build_deepeval_report",
     "build_leaderboard",
     "build_scenario_report",
     "build_simulbench_report",
+    "family_entry",
     "family_names",
     "judge_pair",
     "load_catalog",
@@ -107,6 +139,8 @@ __all__ = [
     "load_judge_template",
     "load_panels",
     "read_labels",
+    "register_family",
+    "register_game",
     "rescore_run",
     "run_calibration",
 ]

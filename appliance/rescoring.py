@@ -11,16 +11,17 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from appliance.calibration.apply import apply_calibration, pick_calibrations
+from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, derive_seed
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import BackendFactory, RunConfig, bind_role, prepare_phase, run_phases
+from appliance.roles import BackendFactory, episode_roles
+from appliance.runner import RunConfig, prepare_phase, run_phases
 from appliance.scenarios import load_family
-from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
 from appliance.store import MessageRecord, Store
 
@@ -36,9 +37,10 @@ class RescoreSummary:
 @dataclass(frozen=True)
 class _StoredEpisode:
     episode_id: str
-    family: ScenarioFamily
+    family: JudgedFamily
     instance: Instance
     player: str
+    partner: str
     seed: int
     messages: list[MessageRecord]
 
@@ -59,21 +61,16 @@ def _playable(store: Store, run_id: str, config: RunConfig) -> dict[tuple[str, s
 
 def _stored_episodes(store: Store, run_id: str, config: RunConfig) -> list[_StoredEpisode]:
     playable = _playable(store, run_id, config)
-    rows = store.query(
-        "SELECT episode_id, scenario, instance_id, player, seed FROM episodes "
-        "WHERE run_id = ? AND status = 'finished' ORDER BY episode_id",
-        [run_id],
-    )
     episodes = []
-    for episode_id, scenario, instance_id, player, seed in rows:
-        found = playable.get((str(scenario), str(instance_id)))
+    for episode_id, scenario, instance_id, player, partner, seed in store.finished_episodes(run_id):
+        found = playable.get((scenario, instance_id))
         if found is None:
             raise ApplianceError(f"run '{run_id}': instance '{instance_id}' of '{scenario}' is no longer defined")
         family, instance = found
-        if not family.judge_template:
+        if not isinstance(family, JudgedFamily) or not family.judge_template:
             continue  # rule-scored (clembench) or a stage without verdicts to redo
-        messages = store.episode_messages(str(episode_id))
-        episodes.append(_StoredEpisode(str(episode_id), family, instance, str(player), int(seed), messages))
+        messages = store.episode_messages(episode_id)
+        episodes.append(_StoredEpisode(episode_id, family, instance, player, partner, seed, messages))
     return episodes
 
 
@@ -91,9 +88,7 @@ def rescore_run(
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no finished episodes to score")
-    calibrations = pick_calibrations(
-        store, panel, list({e.family.name: e.family for e in episodes if e.family.calibrated_metric}.values())
-    )
+    calibrations = pick_calibrations(store, panel, list({e.family.name: e.family for e in episodes}.values()))
     backends: dict[str, Backend] = {}
     try:
         for judge in panel.judges:
@@ -104,25 +99,16 @@ def rescore_run(
 
         async def one(episode: _StoredEpisode) -> None:
             nonlocal done
-            player, _, partner = episode.player.partition("--")  # "A--B" when B played the partner roles
-            roles = {
-                "player": bind_role(catalog, player, "player"),
-                "partner": bind_role(catalog, partner or player, "player"),
-            }
-            roles |= {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in panel.judges}
             ctx = EpisodeContext(
                 episode_id=episode.episode_id,
                 seed=derive_seed(episode.seed, "rescore", panel.name),
                 scheduler=scheduler,
-                roles=roles,
+                roles=episode_roles(catalog, episode.player, episode.partner, {}, panel.judges),
                 messages=list(episode.messages),
             )
             async with limiter:
                 await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
-            scores = ctx.scores
-            calibration = calibrations.get(episode.family.name)
-            if calibration is not None and episode.family.calibrated_metric:
-                scores = apply_calibration(scores, ctx.judgments, calibration, episode.family.calibrated_metric)
+            scores = calibrated_scores(episode.family, ctx.scores, ctx.judgments, calibrations)
             store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
             done += 1
             if on_episode is not None:

@@ -8,35 +8,31 @@ from __future__ import annotations
 
 import asyncio
 import platform
-import random
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.calibration.apply import apply_calibration, pick_calibrations
+from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.engine.types import Sampling
-from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding, derive_seed, pair_label
+from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
-from appliance.scenarios.base import Family, Instance, ScenarioFamily, StagedFamily
+from appliance.roles import BackendFactory, episode_roles
+from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily, SupportRole
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
 from appliance.store.records import CalibrationRecord
-
-
-class BackendFactory(Protocol):
-    def __call__(self, catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend: ...
+from appliance.store.run_view import RunView
 
 
 class RunConfig(BaseModel):
@@ -50,6 +46,8 @@ class RunConfig(BaseModel):
     panel: Panel
     seed: int = 0
     limit: int | None = Field(default=None, ge=1)
+    #: per-family instance limits (the default suite's quick limits); a family not named here uses `limit`
+    limits: dict[str, int] = Field(default_factory=dict)
     parallel: int = Field(default=8, ge=1)
     models_file: str
     greedy: bool = False
@@ -95,26 +93,17 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def select_instances(instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
-    """A seeded sample, so a limited run still covers cards, situations and languages."""
-    chosen = list(instances)
-    random.Random(seed).shuffle(chosen)
-    return chosen if limit is None else chosen[:limit]
-
-
-def first_stage(family: Family) -> ScenarioFamily:
-    """What a run plays first: the family itself, or a staged family's first stage."""
-    return family.stages()[0] if isinstance(family, StagedFamily) else family
+def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
+    return config.limits.get(family.name.partition(":")[0], config.limit)
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:
     """The instances a run plays first; a family may choose its own subset (SimulateBench keeps base profiles)."""
-    played = first_stage(family)
-    select = getattr(played, "select_instances", select_instances)
-    return list(select(played.instances(), limit, seed))
+    played = family.stages()[0]
+    return played.select_instances(played.instances(), limit, seed)
 
 
-def support_models(config: RunConfig) -> dict[str, str]:
+def support_role_models(config: RunConfig) -> dict[SupportRole, str]:
     """The model bound to each support role. The user agent is the run's model playing the user."""
     return {
         "interrogator": config.interrogator,
@@ -127,7 +116,7 @@ def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
     """Families played in order: plain families all in the first phase; a staged family's stage k in phase k."""
     phases: list[list[ScenarioFamily]] = [[]]
     for family in families:
-        stages = family.stages() if isinstance(family, StagedFamily) else [family]
+        stages = family.stages()
         while len(phases) < len(stages):
             phases.append([])
         for phase, stage in zip(phases, stages, strict=False):
@@ -136,33 +125,18 @@ def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
 
 
 def prepare_phase(phase: list[ScenarioFamily], store: Store, run_id: str) -> list[ScenarioFamily]:
-    """Stages that build their instances from earlier stages' stored episodes read them now."""
-    for family in phase:
-        prepare = getattr(family, "prepare", None)
-        if prepare is not None:
-            prepare(store, run_id)
+    """Stages that build their instances from earlier stages' stored episodes read them now, read-only."""
+    for stage in phase:
+        stage.prepare(RunView(store, run_id, stage.name))
     return phase
-
-
-def pairings(config: RunConfig, family: ScenarioFamily, instance: Instance) -> list[tuple[str, str]]:
-    """(player, partner) pairs: self-play for everyone, and with `cross_play` every ordered pair of
-    distinct players in the games a family marks as two-player. A family may choose its own
-    (`pairings(players, support_models)`: SimulBench collects with one fixed simulator)."""
-    own = getattr(family, "pairings", None)
-    if own is not None:
-        return list(own(list(config.players), support_models(config)))
-    pairs = [(player, player) for player in config.players]
-    two_player = getattr(family, "two_player", None)
-    if config.cross_play and two_player is not None and two_player(instance):
-        pairs += [(a, b) for a in config.players for b in config.players if a != b]
-    return pairs
 
 
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
     planned: list[PlannedEpisode] = []
+    support = support_role_models(config)
     for family in families:
-        for instance in instances_for_run(family, config.limit, config.seed):
-            for player, partner in pairings(config, family, instance):
+        for instance in family.select_instances(family.instances(), limit_for(config, family), config.seed):
+            for player, partner in family.pairings(list(config.players), support, instance, config.cross_play):
                 episode_id = f"{run_id}:{family.name}:{instance.id}:{pair_label(player, partner)}"
                 seed = derive_seed(config.seed, instance.id)
                 planned.append(PlannedEpisode(run_id, episode_id, family, instance, player, seed, partner))
@@ -171,9 +145,9 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
 
 def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
     names = list(config.players)
-    supporting = support_models(config)
+    supporting = support_role_models(config)
     names += [supporting[role] for family in families for role in family.support_roles]
-    if any(family.judge_template for family in families):  # rule-scored families need no judge
+    if any(isinstance(family, JudgedFamily) for family in families):  # rule-scored families need no judge
         names.extend(config.panel.judges)
     return list(dict.fromkeys(names))
 
@@ -254,34 +228,17 @@ class Runner:
             config = config.model_copy(update={"calibrations": {f: r.calibration_id for f, r in picked.items()}})
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
-        every_family = [family for phase in phases for family in phase]
         done = self.store.finished_episode_ids(run_id) if resume else set()
         first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
-        todo = [episode for episode in first_plan if episode.episode_id not in done]
-        planned_total = skipped = 0
-        records: list[EpisodeRecord] = []
-        backends: dict[str, Backend] = {}
+        needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
+        backends = self._open_backends(config, phases) if needs_models else {}
+        progress = _Progress()
         try:
-            if todo or len(phases) > 1:
-                for name in models_needed(config, every_family):
-                    backends[name] = self.backend_factory(
-                        self.catalog, self.catalog.get(name), parallel=config.parallel
-                    )
             if resume is None:
-                self._record_run(run_id, config, every_family)
+                self._record_run(run_id, config, [stage for phase in phases for stage in phase])
             status = "failed"
             try:
-                for index, phase in enumerate(phases):
-                    planned = first_plan
-                    if index > 0:
-                        planned = plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
-                        todo = [episode for episode in planned if episode.episode_id not in done]
-                    planned_total += len(planned)
-                    skipped += len(planned) - len(todo)
-                    if on_plan is not None:
-                        on_plan(run_id, planned_total - skipped)
-                    if todo:
-                        records += asyncio.run(self._play_all(todo, config, backends, on_episode))
+                self._play_phases(run_id, config, phases, first_plan, done, backends, progress, on_episode, on_plan)
                 status = "finished"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -292,18 +249,55 @@ class Runner:
             counters = [backend.counters for backend in backends.values()]
             for backend in backends.values():
                 backend.close()
-        finished = sum(1 for record in records if record.status == "finished")
+        finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,
-            episodes_total=planned_total,
-            episodes_skipped=skipped,
+            episodes_total=progress.planned,
+            episodes_skipped=progress.skipped,
             episodes_finished=finished,
-            episodes_failed=len(records) - finished,
+            episodes_failed=len(progress.records) - finished,
             wall_s=time.perf_counter() - started,
             prompt_tokens=sum(c.prompt_tokens for c in counters),
             cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
             completion_tokens=sum(c.completion_tokens for c in counters),
         )
+
+    def _open_backends(self, config: RunConfig, phases: list[list[ScenarioFamily]]) -> dict[str, Backend]:
+        """Every model the run needs, loaded before anything is stored; a failed load closes the others."""
+        backends: dict[str, Backend] = {}
+        try:
+            for name in models_needed(config, [stage for phase in phases for stage in phase]):
+                backends[name] = self.backend_factory(self.catalog, self.catalog.get(name), parallel=config.parallel)
+        except BaseException:
+            for backend in backends.values():
+                backend.close()
+            raise
+        return backends
+
+    def _play_phases(
+        self,
+        run_id: str,
+        config: RunConfig,
+        phases: list[list[ScenarioFamily]],
+        first_plan: list[PlannedEpisode],
+        done: set[str],
+        backends: dict[str, Backend],
+        progress: _Progress,
+        on_episode: Callable[[EpisodeRecord], None] | None,
+        on_plan: Callable[[str, int], None] | None,
+    ) -> None:
+        """Each phase is planned once the one before it is stored (its stages may read those episodes)."""
+        for index, phase in enumerate(phases):
+            planned = (
+                first_plan if index == 0 else plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
+            )
+            todo = [episode for episode in planned if episode.episode_id not in done]
+            progress.planned += len(planned)
+            progress.skipped += len(planned) - len(todo)
+            if on_plan is not None:
+                on_plan(run_id, progress.planned - progress.skipped)
+            if todo:
+                progress.records += asyncio.run(self._play_all(todo, config, backends, on_episode))
 
     async def _play_all(
         self,
@@ -328,19 +322,12 @@ class Runner:
         return list(await work)
 
     async def _play_one(self, planned: PlannedEpisode, config: RunConfig, scheduler: Scheduler) -> EpisodeRecord:
-        roles = {
-            "player": self._binding(planned.player, "player"),
-            "partner": self._binding(planned.partner, "player"),
-        }
-        for role, model in support_models(config).items():
-            roles[role] = self._binding(model, role)
-        for judge in config.panel.judges:
-            roles[f"judge:{judge}"] = self._binding(judge, "judge")
+        support = support_role_models(config)
         ctx = EpisodeContext(
             episode_id=planned.episode_id,
             seed=planned.seed,
             scheduler=scheduler,
-            roles=roles,
+            roles=episode_roles(self.catalog, planned.player, planned.partner, support, config.panel.judges),
             force_greedy=config.greedy,
             max_turns=config.turns,
         )
@@ -354,15 +341,16 @@ class Runner:
         except Exception as failure:  # an episode's bug must not take the run down
             error = f"{type(failure).__name__}: {failure}"
         scores = ctx.scores
-        calibration = self._calibrations.get(planned.family.name)
-        if calibration is not None and error is None and planned.family.calibrated_metric:
-            scores = apply_calibration(scores, ctx.judgments, calibration, planned.family.calibrated_metric)
+        if error is None:
+            scores = calibrated_scores(planned.family, scores, ctx.judgments, self._calibrations)
         return EpisodeRecord(
             episode_id=planned.episode_id,
             run_id=planned.run_id,
             scenario=planned.family.name,
             instance_id=planned.instance.id,
             player=planned.label,
+            player_model=planned.player,
+            partner_model=planned.partner,
             status="finished" if error is None else "error",
             seed=planned.seed,
             started_at=started_at,
@@ -375,11 +363,11 @@ class Runner:
             scores=scores,
         )
 
-    def _binding(self, model: str, role: str) -> RoleBinding:
-        return bind_role(self.catalog, model, role)
 
+@dataclass
+class _Progress:
+    """What the phases of one execution planned, skipped and played."""
 
-def bind_role(catalog: Catalog, model: str, role: str) -> RoleBinding:
-    """A role played by `model`, with its sampling defaults and per-role overrides from models.toml."""
-    spec = catalog.get(model)
-    return RoleBinding(model=model, model_sampling=spec.sampling, role_override=spec.roles.get(role, Sampling()))
+    planned: int = 0
+    skipped: int = 0
+    records: list[EpisodeRecord] = field(default_factory=list)

@@ -10,7 +10,9 @@ import duckdb
 import pytest
 from test_cli import REPO, cli
 
-from appliance.scenarios.clembench.instances import GAMES
+from appliance.scenarios.clembench.games import variant_names
+
+GAMES = tuple(variant_names())
 
 GOLDEN = REPO.parent / "shared" / "datasets" / "peers" / "clemcore_golden_run"
 

@@ -17,17 +17,17 @@ from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.report import build_clem_report
-from appliance.report.clemscore import EpisodeResult, aggregate
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.clembench.family import ClembenchFamily, play_game
+from appliance.scenarios.clembench.games import variant_names
 from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.grids import cell_f1, parse_grid
-from appliance.scenarios.clembench.instances import GAMES, ClemInstance
-from appliance.scenarios.clembench.master import Outcome, Table
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome
 from appliance.scenarios.clembench.privateshared import parse_probe
 from appliance.scenarios.clembench.published import read_published
+from appliance.scenarios.clembench.report import EpisodeResult, aggregate, build_clem_report
 from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
@@ -35,6 +35,7 @@ from appliance.scheduler import Scheduler
 from appliance.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
+GAMES = tuple(variant_names())
 DATA = REPO / "scenarios" / "clembench"
 PEERS = REPO.parent / "shared" / "datasets" / "peers"
 Responder = Callable[[str, list[str]], str]  # (seat name, user messages so far) -> reply
@@ -44,14 +45,14 @@ def instance_of(game: str, seed: int = 0) -> ClemInstance:
     return next(i for i in generate_instance_set(DATA, seed).instances if i.game == game)
 
 
-def play(instance: ClemInstance, respond: Responder) -> tuple[Outcome, Table]:
+def play(instance: ClemInstance, respond: Responder) -> tuple[Outcome, GameTable]:
     def backend_reply(request: GenerationRequest) -> str:
         seat = request.conversation_key.split("/")[1]
         return respond(seat, [m.content for m in request.messages if m.role == "user"])
 
     scheduler = Scheduler({"m": ScriptedBackend("m", backend_reply)})
     roles = {"player": RoleBinding("m"), "partner": RoleBinding("m")}
-    table = Table(EpisodeContext("e", 0, scheduler, roles))
+    table = GameTable(EpisodeContext("e", 0, scheduler, roles))
 
     async def main() -> Outcome:
         task = asyncio.ensure_future(play_game(table, instance))

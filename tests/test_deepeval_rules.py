@@ -19,13 +19,13 @@ from appliance.engine.types import GenerationRequest, Sampling
 from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.report import build_deepeval_report
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
 from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
 from appliance.scenarios.deepeval.referee import Referee, Seat
+from appliance.scenarios.deepeval.report import build_deepeval_report
 from appliance.scenarios.deepeval.sandbox import run_tests
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, SandboxLimits
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.pingpong import PingPongFamily, import_settings
+from appliance.scenarios.pingpong.family import PingPongFamily
+from appliance.scenarios.pingpong.importer import import_settings
 
 REPO = Path(__file__).resolve().parent.parent
 SETTINGS = REPO.parent / "shared" / "datasets" / "peers" / "pingpong" / "settings_v2.json"

@@ -10,7 +10,7 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
-from appliance.scenarios.pingpong import PingPongFamily, clean_interrogator_message, episode_scores
+from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.store import JudgmentRecord, Store
 
 REPO = Path(__file__).resolve().parent.parent

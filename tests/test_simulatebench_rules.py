@@ -13,7 +13,6 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.report import build_consistency_report
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulatebench.answers import parse_choice
@@ -21,6 +20,7 @@ from appliance.scenarios.simulatebench.importer import import_simulatebench, par
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.perturb import CANDIDATES, all_text, perturb, variants
 from appliance.scenarios.simulatebench.profile import NOT_ENOUGH_INFORMATION, Profile, load_profiles
+from appliance.scenarios.simulatebench.report import build_consistency_report
 from appliance.store import Store
 
 REPO = Path(__file__).resolve().parent.parent

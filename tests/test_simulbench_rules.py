@@ -16,17 +16,17 @@ from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.verdicts import PairVerdict
-from appliance.report import build_simulbench_report
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
+from appliance.scenarios.simulbench.report import build_simulbench_report
 from appliance.scenarios.simulbench.scripts import DialogueTurn, ScriptSet, extract_scripts
 from appliance.scenarios.simulbench.stages import collect_dialogue
-from appliance.scenarios.simulbench.tasks import SimulTask, load_task_folder
+from appliance.scenarios.simulbench.tasks import SimulBenchTask, load_task_folder
 from appliance.scenarios.simulbench.user_agent import (
     STRATEGIES,
-    SimulSettings,
+    SimulBenchSettings,
     StrategyError,
     parse_strategy_reply,
     strategy_grammar,
@@ -39,7 +39,7 @@ from appliance.store.records import JudgmentRecord
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "simulbench"
 PEERS = REPO.parent / "shared" / "datasets" / "peers" / "simulbench"
-TASK = SimulTask(
+TASK = SimulBenchTask(
     id="calc", name="Calculator", type="stateless", description="Act as a calculator.", first_request="2+2"
 )
 
@@ -73,7 +73,7 @@ def test_strategy_reply_parses_and_rejects_what_it_must() -> None:
 
 
 def run_collect(agent_replies: list[str], max_turns: int = 4) -> tuple[list[DialogueTurn], int, EpisodeContext]:
-    settings = SimulSettings.load(DATA / "prompts.toml")
+    settings = SimulBenchSettings.load(DATA / "prompts.toml")
     replies = iter(agent_replies)
 
     def respond(request: GenerationRequest) -> str:

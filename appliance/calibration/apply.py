@@ -9,7 +9,7 @@ calibrated panel value, stored beside the raw one with the calibration id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import mean
 
 import numpy as np
@@ -17,22 +17,35 @@ import numpy as np
 from appliance.calibration.models import RatingCalibration, calibration_from_json
 from appliance.judging.panels import Panel
 from appliance.judging.templates import REFUSAL
-from appliance.scenarios.base import Family
+from appliance.scenarios.base import Family, JudgedFamily, ScenarioFamily
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import latest_calibration
 from appliance.store.records import CalibrationRecord
 
 
 def pick_calibrations(store: Store, panel: Panel, families: Sequence[Family]) -> dict[str, CalibrationRecord]:
-    """The newest calibration of this panel for each family's judge template, if any."""
+    """The newest rating calibration of this panel for the judge template of each family's calibrated stage."""
     picked: dict[str, CalibrationRecord] = {}
-    for family in families:
-        if not family.judge_template:
+    for stage in (stage for family in families for stage in family.stages()):
+        if not isinstance(stage, JudgedFamily) or not stage.judge_template or not stage.calibrated_metric:
             continue
-        record = latest_calibration(store, panel.name, family.judge_template, list(panel.judges))
+        record = latest_calibration(store, panel.name, stage.judge_template, list(panel.judges))
         if record is not None and record.model.get("kind") == "rating":
-            picked[family.name] = record
+            picked[stage.name] = record
     return picked
+
+
+def calibrated_scores(
+    stage: ScenarioFamily,
+    scores: list[ScoreRecord],
+    judgments: Sequence[JudgmentRecord],
+    calibrations: Mapping[str, CalibrationRecord],
+) -> list[ScoreRecord]:
+    """An episode's scores with the calibrated value added to the stage's calibrated metric, where one applies."""
+    calibration = calibrations.get(stage.name)
+    if calibration is None or not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
+        return scores
+    return apply_calibration(scores, judgments, calibration, stage.calibrated_metric)
 
 
 def judge_summaries(judgments: Sequence[JudgmentRecord], template: str) -> dict[int, dict[str, float]]:

@@ -20,7 +20,7 @@ from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
-from appliance.runner import BackendFactory, bind_role
+from appliance.roles import BackendFactory, bind_role
 from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.labels import cached_label_verdicts, write_label_verdicts

@@ -11,7 +11,20 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from appliance.stats import cohen_kappa
+
 Vector = np.ndarray
+
+__all__ = [
+    "agreement",
+    "bootstrap_metrics",
+    "cohen_kappa",
+    "kendall_tau_b",
+    "krippendorff_alpha_interval",
+    "mae",
+    "pearson",
+    "spearman",
+]
 
 
 def _pair(x: Sequence[float] | Vector, y: Sequence[float] | Vector) -> tuple[Vector, Vector]:
@@ -87,18 +100,6 @@ def krippendorff_alpha_interval(units: Sequence[Sequence[float | None]] | Vector
         return None
     observed = float(np.sum(within / (counts - 1)))
     return float(1.0 - (n - 1) * observed / expected)
-
-
-def cohen_kappa(x: Sequence[float] | Vector, y: Sequence[float] | Vector) -> float | None:
-    a, b = _pair(x, y)
-    if a.size == 0:
-        return None
-    categories = np.union1d(a, b)
-    observed = float(np.mean(a == b))
-    expected = float(sum(np.mean(a == c) * np.mean(b == c) for c in categories))
-    if expected == 1.0:
-        return None
-    return (observed - expected) / (1.0 - expected)
 
 
 def agreement(x: Sequence[float] | Vector, y: Sequence[float] | Vector) -> float | None:

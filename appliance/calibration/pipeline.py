@@ -27,7 +27,7 @@ from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, load_judge_template
 from appliance.labels.model import PAIRWISE_CRITERION, LabelItem, LabelSet
-from appliance.runner import BackendFactory
+from appliance.roles import BackendFactory
 from appliance.store import Store
 from appliance.store.labels import load_label_set, write_calibration
 from appliance.store.records import CalibrationRecord, LabelVerdict

@@ -211,10 +211,9 @@ def score(
     as_json: JsonOption = False,
 ) -> None:
     """(Re)score a stored run with a panel, without regenerating transcripts; other panels' scores stay."""
-    from appliance.cli.render import print_report
-    from appliance.report import build_scenario_report
     from appliance.rescoring import rescore_run
     from appliance.runner import RunConfig
+    from appliance.scenarios import build_scenario_report
 
     catalog = load_models(models)
     chosen = load_panel(panel, catalog)
@@ -237,5 +236,5 @@ def score(
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
         return
     for board in boards:
-        print_report(console, board)
+        board.render(console)
     console.print(f"Scored {summary.episodes} episodes of run {summary.run_id} with panel '{summary.panel}'.")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from appliance.offline import enforce_offline
 enforce_offline()
 
 from appliance.catalog import locate_model_file  # noqa: E402
+from appliance.cli.imports import add_import_commands  # noqa: E402
 from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
 from appliance.cli.options import (  # noqa: E402
     DbOption,
@@ -34,17 +34,17 @@ from appliance.cli.options import (  # noqa: E402
     load_panel,
     split_values,
 )
-from appliance.cli.render import print_report  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
-from appliance.paths import judges_dir, project_root, scenarios_dir  # noqa: E402
-from appliance.report import build_scenario_report  # noqa: E402
-from appliance.runner import RunConfig, Runner, first_stage, instances_for_run, support_models  # noqa: E402
-from appliance.scenarios import family_names, load_family  # noqa: E402
-from appliance.scenarios.clembench.instances import InstanceSet  # noqa: E402
+from appliance.paths import judges_dir, project_root  # noqa: E402
+from appliance.runner import RunConfig, Runner, RunSummary, instances_for_run, support_role_models  # noqa: E402
+from appliance.scenarios import GenerateRequest, ScenarioReport, build_scenario_report, load_family  # noqa: E402
+from appliance.scenarios.registry import families as registered_families  # noqa: E402
+from appliance.scenarios.registry import family_entry  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
 
-DEFAULT_SUITE_LIMIT = 6
+#: instances per scenario when --scenario is given without --limit
+DEFAULT_LIMIT = 6
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
 models_app = typer.Typer(no_args_is_help=True, help="The models of models.toml.")
@@ -61,7 +61,8 @@ app.command()(score)
 @app.command()
 def run(
     scenario: Annotated[
-        list[str] | None, typer.Option("--scenario", help="scenario families (default: pingpong)")
+        list[str] | None,
+        typer.Option("--scenario", help="scenario families (default: a quick suite of every family)"),
     ] = None,
     players: Annotated[list[str] | None, typer.Option("--players", help="models under test (comma-separated)")] = None,
     interrogator: Annotated[
@@ -73,7 +74,12 @@ def run(
     turns: Annotated[int | None, typer.Option(min=1, help="cap on conversation turns per episode")] = None,
     panel: PanelOption = "default",
     seed: Annotated[int, typer.Option(help="run seed: instance sample and every request's seed")] = 0,
-    limit: Annotated[int, typer.Option(min=1, help="instances per scenario")] = DEFAULT_SUITE_LIMIT,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help=f"instances per scenario (default {DEFAULT_LIMIT}; the quick suite: each family's own)"
+        ),
+    ] = None,
     all_instances: Annotated[bool, typer.Option("--all", help="every instance (overrides --limit)")] = False,
     parallel: Annotated[int, typer.Option(min=1, help="episodes live at once")] = 8,
     resume: Annotated[str | None, typer.Option(help="resume a stored run by id (its config is reused)")] = None,
@@ -84,7 +90,7 @@ def run(
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run a suite of episodes, store everything, print the leaderboard."""
+    """Run a suite of episodes, store everything, print each family's report."""
     catalog = load_models(models)
     with Store.open(db) as store:
         if resume is not None:
@@ -93,57 +99,75 @@ def run(
             player_names = split_values(players) or catalog.defaults.players
             if not player_names:
                 raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
-            interrogator_name = interrogator or catalog.defaults.interrogator or player_names[0]
+            scenarios = split_values(scenario)
+            quick = not scenarios and limit is None and not all_instances
             config = RunConfig(
-                scenarios=split_values(scenario) or ["pingpong"],
+                scenarios=scenarios or [entry.name for entry in registered_families()],
                 players=player_names,
-                interrogator=interrogator_name,
+                interrogator=interrogator or catalog.defaults.interrogator or player_names[0],
                 panel=get_panel(judges_dir() / "panels.toml", panel),
                 seed=seed,
-                limit=None if all_instances else limit,
+                limit=None if all_instances else (limit or DEFAULT_LIMIT),
+                limits={entry.name: entry.quick_limit for entry in registered_families()} if quick else {},
                 parallel=parallel,
                 models_file=str(catalog.source),
                 cross_play=cross_play,
                 simulator=simulator,
                 turns=turns,
             )
-        for name in [*config.players, config.interrogator, *support_models(config).values(), *config.panel.judges]:
+        roles = [*config.players, *support_role_models(config).values(), *config.panel.judges]
+        for name in roles:
             catalog.get(name)
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
-        runner = Runner(catalog, store)
-        with Progress(
-            TextColumn("[bold]episodes"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=error_console,
-            disable=as_json or not error_console.is_terminal,
-        ) as progress:
-            task = progress.add_task("loading models", total=None)
-
-            def planned(run_id: str, count: int) -> None:
-                progress.update(task, total=count, description=f"run {run_id}")
-
-            def episode_done(record: EpisodeRecord) -> None:
-                note = "" if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
-                progress.update(task, advance=1, description=note)
-
-            summary = runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
-        run_id = summary.run_id
-        boards = [build_scenario_report(store, run_id, name) for name in config.scenarios]
+        summary = _execute_with_progress(Runner(catalog, store), config, families, resume, quiet=as_json)
+        reports = [build_scenario_report(store, summary.run_id, name) for name in config.scenarios]
     if as_json:
-        print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
+        print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
         return
-    for board in boards:
-        print_report(console, board)
+    _print_run_summary(reports, summary, store.path, config)
+
+
+def _execute_with_progress(
+    runner: Runner, config: RunConfig, families: list[Any], resume: str | None, *, quiet: bool
+) -> RunSummary:
+    """The run with a progress bar on a terminal (episodes done of planned, failures named)."""
+    with Progress(
+        TextColumn("[bold]episodes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=error_console,
+        disable=quiet or not error_console.is_terminal,
+    ) as progress:
+        task = progress.add_task("loading models", total=None)
+
+        def planned(run_id: str, count: int) -> None:
+            progress.update(task, total=count, description=f"run {run_id}")
+
+        def episode_done(record: EpisodeRecord) -> None:
+            note = "" if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
+            progress.update(task, advance=1, description=note)
+
+        return runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
+
+
+def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: Path, config: RunConfig) -> None:
+    for scenario_report in reports:
+        scenario_report.render(console)
+    if config.limits:
+        shown = ", ".join(f"{name} {count}" for name, count in config.limits.items())
+        console.print(
+            f"Quick suite: instances per family limited to {shown} (clembench: per game; DeepEval: repetitions "
+            "per task). Name --scenario, --limit or --all for a fuller run."
+        )
     cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
     console.print(
-        f"Run {run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
+        f"Run {summary.run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
         f"{summary.episodes_skipped} already stored; {summary.wall_s:.1f} s; "
         f"{summary.completion_tokens} tokens generated, {cached:.0%} of prompt tokens served from KV cache."
     )
-    console.print(f"Results stored in {store.path.resolve()} (run id {run_id}).")
+    console.print(f"Results stored in {db.resolve()} (run id {summary.run_id}).")
 
 
 @app.command()
@@ -159,12 +183,12 @@ def report(
         if resolved is None:
             raise ApplianceError(f"{store.path}: no runs stored yet")
         scenarios = store.run(resolved)["config"]["scenarios"]
-        boards = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
+        reports = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
     if as_json:
-        print(json.dumps([board.model_dump() for board in boards], default=str))
+        print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
         return
-    for board in boards:
-        print_report(console, board)
+    for scenario_report in reports:
+        scenario_report.render(console)
 
 
 @app.command()
@@ -283,31 +307,33 @@ def models_check(
 def scenarios_list(as_json: JsonOption = False) -> None:
     """Scenario families and their instance counts."""
     rows = []
-    for name in family_names():
-        family = load_family(name)
-        instances = first_stage(family).instances()
+    for entry in registered_families():
+        family = load_family(entry.name)
+        instances = family.stages()[0].instances()
         languages = sorted({instance.language for instance in instances})
         rows.append(
             {
-                "name": name,
+                "name": entry.name,
                 "instances": len(instances),
-                "default_run": len(instances_for_run(family, DEFAULT_SUITE_LIMIT, 0)),
+                "default_run": len(instances_for_run(family, DEFAULT_LIMIT, 0)),
+                "quick_suite": len(instances_for_run(family, entry.quick_limit, 0)),
                 "languages": languages,
-                "description": family.description,
+                "description": entry.description,
             }
         )
     if as_json:
         print(json.dumps(rows))
         return
     table = Table(title=f"scenario families in {project_root() / 'scenarios'}", title_justify="left")
-    for column in ("name", "instances", "in default run", "languages", "description"):
+    for column in ("name", "instances", f"with --limit {DEFAULT_LIMIT}", "in quick suite", "languages", "description"):
         table.add_column(column)
     for row in rows:
         table.add_row(
             str(row["name"]),
             str(row["instances"]),
             str(row["default_run"]),
-            ", ".join(row["languages"]),  # type: ignore[arg-type]
+            str(row["quick_suite"]),
+            ", ".join(map(str, row["languages"])),
             str(row["description"]),
         )
     console.print(table)
@@ -319,147 +345,21 @@ def scenarios_generate(
     seed: Annotated[int, typer.Option(help="generator seed")] = 0,
     per_experiment: Annotated[int, typer.Option(min=1, help="instances per experiment of each game")] = 6,
     out: Annotated[Path | None, typer.Option(help="write a JSON file instead of storing the set")] = None,
-    name: Annotated[str | None, typer.Option(help="the stored set's name (default: clembench-seed-SEED)")] = None,
+    name: Annotated[str | None, typer.Option(help="the stored set's name (default: FAMILY-seed-SEED)")] = None,
     db: DbOption = None,
 ) -> None:
-    """Generate a fresh instance set from a seed; play it with --scenario clembench:FILE or clembench:NAME."""
-    from appliance.scenarios.clembench.generate import generate_instance_set
-
-    if family != "clembench":
-        raise ApplianceError(f"scenario '{family}': only clembench generates instances (its data is fixed otherwise)")
-    instance_set = generate_instance_set(scenarios_dir() / "clembench", seed, per_experiment)
-    if name is not None:
-        instance_set.name = name
-    _save_instance_set(instance_set, out, db)
-
-
-def _save_instance_set(instance_set: InstanceSet, out: Path | None, db: Path | None) -> None:
-    from appliance.scenarios.clembench.instances import write_instance_set
-    from appliance.store.instance_sets import write_instance_set as store_instance_set
-
-    count = len(instance_set.instances)
-    if out is not None:
-        write_instance_set(instance_set, out)
-        console.print(f"wrote {count} instances to {out}; play them with --scenario clembench:{out}")
-        return
-    with Store.open(db) as store:
-        new = store_instance_set(
-            store,
-            name=instance_set.name,
-            family="clembench",
-            source=instance_set.source,
-            seed=instance_set.seed,
-            count=count,
-            payload=instance_set.model_dump(mode="json"),
+    """Generate a fresh instance set from a seed; play it with --scenario FAMILY:FILE or FAMILY:NAME."""
+    entry = family_entry(family)
+    if entry.generate is None:
+        generated = [e.name for e in registered_families() if e.generate is not None]
+        raise ApplianceError(
+            f"scenario '{family}': only {', '.join(generated)} generate instances (its data is fixed otherwise)"
         )
-    verb = "stored" if new else "already stored:"
-    console.print(f"{verb} {count} instances as '{instance_set.name}'")
-    console.print(f"play them with: appliance run --scenario clembench:{instance_set.name}")
+    for line in entry.generate(GenerateRequest(seed, per_experiment, out, name, db)):
+        console.print(line)
 
 
-@import_app.command("clembench-instances")
-def import_clembench_instances(
-    path: Annotated[Path, typer.Argument(help="a clembench instances.json, or a folder of <game>/instances.json")],
-    out: Annotated[Path | None, typer.Option(help="write a JSON file instead of storing the set")] = None,
-    name: Annotated[str | None, typer.Option(help="the stored set's name")] = None,
-    db: DbOption = None,
-) -> None:
-    """Store clembench's published instances as an instance set, to play as they are."""
-    from appliance.scenarios.clembench.published import read_published
-
-    if not path.exists():
-        raise ApplianceError(f"{path}: not found")
-    instance_set = read_published(path, scenarios_dir() / "clembench")
-    if name is not None:
-        instance_set.name = name
-    _save_instance_set(instance_set, out, db)
-
-
-@import_app.command("clembench-results")
-def import_clembench_results(
-    path: Annotated[Path, typer.Argument(help="a folder or zip of clembench per-episode scores.json files")],
-    db: DbOption = None,
-) -> None:
-    """Import clembench results as a run; `appliance report RUN` aggregates them like our own."""
-    from appliance.scenarios.clembench.results import import_results
-
-    with Store.open(db) as store:
-        run_id, episodes, new = import_results(store, path)
-    state = "imported" if new else "already imported"
-    console.print(f"{state}: {episodes} episodes as run {run_id}; see them with: appliance report {run_id}")
-
-
-@import_app.command("simulbench-tasks")
-def import_simulbench_tasks(
-    path: Annotated[Path, typer.Argument(help="SimulBench's simulbench_tasks.jsonl")],
-    name: Annotated[str, typer.Option(help="the stored set's name")] = "simulbench-tasks",
-    db: DbOption = None,
-) -> None:
-    """Store SimulBench's published tasks; run all three stages on them with --scenario simulbench:NAME."""
-    from appliance.scenarios.simulbench.tasks import read_published_tasks
-
-    task_set = read_published_tasks(path).model_copy(update={"name": name})
-    _store_simulbench_set(name, str(path), len(task_set.tasks), task_set.model_dump(mode="json"), "tasks", db)
-
-
-@import_app.command("simulbench-scripts")
-def import_simulbench_scripts(
-    path: Annotated[Path, typer.Argument(help="SimulBench's simulbench_all.jsonl (test scripts)")],
-    name: Annotated[str, typer.Option(help="the stored set's name")] = "simulbench-scripts",
-    db: DbOption = None,
-) -> None:
-    """Store SimulBench's published test scripts; evaluate them with --scenario simulbench:NAME [--limit N]."""
-    from appliance.scenarios.simulbench.scripts import read_published_scripts
-
-    script_set = read_published_scripts(path).model_copy(update={"name": name})
-    kinds = Counter(script.kind for script in script_set.scripts)
-    summary = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-    count = len(script_set.scripts)
-    _store_simulbench_set(name, str(path), count, script_set.model_dump(mode="json"), f"scripts ({summary})", db)
-
-
-def _store_simulbench_set(
-    name: str, source: str, count: int, payload: dict[str, Any], what: str, db: Path | None
-) -> None:
-    from appliance.store.instance_sets import write_instance_set
-
-    with Store.open(db) as store:
-        new = write_instance_set(
-            store, name=name, family="simulbench", source=source, seed=None, count=count, payload=payload
-        )
-    console.print(f"{'stored' if new else 'already stored:'} {count} {what} as '{name}'")
-    console.print(f"run them with: appliance run --scenario simulbench:{name} --limit 5")
-
-
-@import_app.command("pingpong-settings")
-def import_pingpong_settings(
-    path: Annotated[Path, typer.Argument(help="PingPong's settings_v2.json")],
-    out: Annotated[Path, typer.Option(help="folder for the converted cards and situations")] = Path(
-        "imported/pingpong"
-    ),
-) -> None:
-    """Convert PingPong's characters and situations; run them with --scenario pingpong:OUT."""
-    from appliance.scenarios.pingpong import import_settings
-
-    cards, situations = import_settings(path, out)
-    console.print(f"imported {cards} characters and {situations} situations into {out}")
-    console.print(f"run them with: appliance run --scenario pingpong:{out}")
-
-
-@import_app.command("simulatebench")
-def import_simulatebench_profiles(
-    path: Annotated[Path, typer.Argument(help="SimulateBench's db folder (profile/ and benchmark_only_QA/)")],
-    out: Annotated[Path, typer.Option(help="folder for the converted profiles")] = Path("imported/simulatebench"),
-) -> None:
-    """Convert SimulateBench's profiles, questions and perturbation variants; run with --scenario simulatebench:OUT."""
-    from appliance.scenarios.simulatebench.importer import import_simulatebench
-
-    profiles, questions, skipped = import_simulatebench(path, out)
-    console.print(
-        f"imported {profiles} profiles with {questions} single-choice questions into {out} "
-        f"({skipped} questions skipped: open questions or a gold answer that is not an option)"
-    )
-    console.print(f"run them with: appliance run --scenario simulatebench:{out} --limit 3")
+add_import_commands(import_app)
 
 
 def main() -> None:

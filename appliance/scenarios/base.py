@@ -1,16 +1,30 @@
-"""What every scenario family provides to the runner."""
+"""What every scenario family provides to the runner.
+
+A family plays episodes of instances (`ScenarioFamily`); one that calls a
+judge panel is a `JudgedFamily`; one played as a pipeline of stages is a
+`StagedFamily` whose stages are scenario families. Every hook the runner
+may call is declared here with its default, so mypy checks each family.
+"""
 
 from __future__ import annotations
 
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from appliance.episodes import EpisodeContext
+from appliance.store.run_view import RunView
 
-#: the panel name of scores that rules compute (game masters, referees), not judges
-RULES_PANEL = "rules"
+#: the `panel` column of scores and verdicts that rules compute (game masters, referees, answer parsers)
+RULE_SCORER = "rules"
+
+#: roles other than "player", "partner" and the judges that a family may need a model for
+SupportRole = Literal["interrogator", "user_agent", "simulator"]
+SUPPORT_ROLES: tuple[SupportRole, ...] = ("interrogator", "user_agent", "simulator")
 
 
 class Instance(BaseModel):
@@ -26,53 +40,93 @@ class Instance(BaseModel):
         return {}
 
 
-class ScenarioFamily(Protocol):
-    """A family may also define `select_instances(instances, limit, seed)` to choose its own
-    subset for `--limit` (the runner's default is a seeded sample of `limit` instances)."""
+def seeded_sample(instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+    """A seeded sample, so a limited run still covers cards, situations and languages."""
+    chosen = list(instances)
+    random.Random(seed).shuffle(chosen)
+    return chosen if limit is None else chosen[:limit]
+
+
+class ScenarioFamily(ABC):
+    """Plays episodes: a whole family, or one stage of a staged family."""
 
     name: str
-    description: str
-    #: roles other than "player" and "judge" that need a model (e.g. "interrogator")
-    support_roles: tuple[str, ...]
-    #: the judge template whose verdicts a calibration can map to a human scale
-    judge_template: str
-    #: the episode score that receives the calibrated value beside the raw one
-    calibrated_metric: str
+    description: str = ""
+    #: roles other than player and judges that need a model (e.g. "interrogator")
+    support_roles: tuple[SupportRole, ...] = ()
 
-    def instances(self) -> list[Instance]: ...
+    @abstractmethod
+    def instances(self) -> list[Instance]:
+        """Every instance this family (or stage) can play now."""
 
+    @abstractmethod
     def data_files(self) -> list[Path]:
-        """Files whose hashes a run records (relative to the project root)."""
-        ...
+        """Files whose hashes a run records."""
 
+    @abstractmethod
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Run one episode to its end, recording messages, judgments and scores in `ctx`."""
-        ...
 
+    def stages(self) -> list[ScenarioFamily]:
+        """A family played in one go is its own single stage."""
+        return [self]
+
+    def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
+        """The subset a run plays for `--limit` (default: a seeded sample of `limit` instances)."""
+        return seeded_sample(instances, limit, seed)
+
+    def two_player(self, instance: Instance) -> bool:
+        """Whether a second model plays the partner roles of `instance` (cross-play pairs them)."""
+        return False
+
+    def pairings(
+        self, players: list[str], support: Mapping[SupportRole, str], instance: Instance, cross_play: bool
+    ) -> list[tuple[str, str]]:
+        """(player, partner) pairs that play `instance`: self-play for everyone, and with `cross_play`
+        every ordered pair of distinct players in two-player games."""
+        pairs = [(player, player) for player in players]
+        if cross_play and self.two_player(instance):
+            pairs += [(a, b) for a in players for b in players if a != b]
+        return pairs
+
+    def prepare(self, run: RunView) -> None:
+        """Called before this stage is planned (also on resume): a stage that builds its instances
+        from earlier stages' stored episodes reads them here."""
+        return None
+
+
+class JudgedFamily(ScenarioFamily):
+    """A family whose episodes the judge panel rates; `appliance score` re-judges them with another panel."""
+
+    #: the judge template whose verdicts a calibration maps to a human scale (None: not rescored)
+    judge_template: str | None = None
+    #: the episode score that receives the calibrated value beside the raw one
+    calibrated_metric: str | None = None
+
+    @abstractmethod
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        """Judge the transcript in `ctx.messages` (also used to rescore a stored run with another panel)."""
-        ...
+        """Judge the transcript in `ctx.messages` (at the end of play, and to rescore a stored run)."""
 
 
-@runtime_checkable
-class StagedFamily(Protocol):
+class StagedFamily(ABC):
     """A family played as a pipeline of stages (SimulBench: collect, extract, evaluate, compare).
 
-    Each stage is a `ScenarioFamily` whose episodes the runner plays after
-    those of the stage before it; a stage that builds its instances from
-    earlier stages' stored episodes defines `prepare(store, run_id)`, which the
-    runner calls before planning it (also on resume, so every stage resumes).
+    The runner plays each stage's episodes after those of the stage before it,
+    calling each stage's `prepare` first.
     """
 
     name: str
-    description: str
-    #: the rating template whose calibration the runner picks for the family's stages
-    judge_template: str
+    description: str = ""
 
+    @abstractmethod
     def stages(self) -> list[ScenarioFamily]:
         """The stages in order; the first one's instances are what `scenarios list` counts."""
-        ...
 
 
-#: what `load_family` returns: a family played in one go, or one played in stages
+#: what a family's loader returns: a family played in one go, or one played in stages
 Family = ScenarioFamily | StagedFamily
+
+
+def judge_template_of(stage: ScenarioFamily) -> str | None:
+    """The calibratable judge template of a stage, if it has one."""
+    return stage.judge_template if isinstance(stage, JudgedFamily) else None

@@ -1,17 +1,169 @@
-"""The families the appliance knows, by name."""
+"""The families the appliance knows: each registers itself, nothing here lists them.
+
+A family package under `appliance/scenarios/` calls `register_family` when it
+is imported; `discover()` imports every such package, then the modules that
+installed packages declare under the `appliance.families` entry point group,
+then those named in $APPLIANCE_FAMILIES (comma-separated module names). The
+runner, reports, renderers, `scenarios list`, `import` and the default suite
+all iterate over the result.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+from rich.console import Console
 
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.scenarios.base import Family
 from appliance.store import Store
 
+ReportT = TypeVar("ReportT", bound=BaseModel)
+ENTRY_POINT_GROUP = "appliance.families"
+PLUGINS_VARIABLE = "APPLIANCE_FAMILIES"
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What a family's loader gets: `spec` is `NAME` or `NAME:SOURCE` as the user wrote it."""
+
+    spec: str
+    #: the part after the colon ("" for the family's own data)
+    source: str
+    #: the family's own data folder (scenarios/NAME/ unless the entry says otherwise)
+    data_folder: Path
+    judges_folder: Path
+    seed: int
+    #: for sources stored in the database (instance sets); None where no store is open
+    store: Store | None
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    path: Path
+    #: --out: a folder or file to write converted data to (None: the importer's default)
+    out: Path | None
+    #: --name: the stored set's name (None: the importer's default)
+    name: str | None
+    #: --db: the store to write to (None: the default store)
+    db: Path | None
+
+
+ImportOption = Literal["out", "name", "db"]
+
+
+@dataclass(frozen=True)
+class Importer:
+    """`appliance import KIND PATH`: converts another system's files; returns the lines to print."""
+
+    kind: str
+    help: str
+    path_help: str
+    run: Callable[[ImportRequest], list[str]]
+    #: the options this kind understands; any other given is refused
+    options: frozenset[ImportOption] = frozenset({"db"})
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """`appliance scenarios generate FAMILY`: a fresh instance set from a seed."""
+
+    seed: int
+    per_experiment: int
+    out: Path | None
+    name: str | None
+    db: Path | None
+
+
+@dataclass(frozen=True)
+class FamilyEntry(Generic[ReportT]):
+    """Everything the appliance needs to know about a family, declared in one place."""
+
+    name: str
+    description: str
+    load: Callable[[LoadRequest], Family]
+    #: (store, run id, scenario spec, panel or None for the run's) -> the family's report
+    report: Callable[[Store, str, str, str | None], ReportT]
+    #: prints a report of this family on a terminal
+    render: Callable[[Console, ReportT], None]
+    #: instances per run in the default suite (`appliance run` with no --scenario)
+    quick_limit: int
+    importers: tuple[Importer, ...] = ()
+    #: families whose instances are generated from a seed (clembench) store or write a fresh set
+    generate: Callable[[GenerateRequest], list[str]] | None = None
+    #: the data folder under scenarios/ (default: the family's name), or an absolute path
+    data_folder: str = ""
+    #: position in listings and in the default suite (lower first; ties by name)
+    order: int = 100
+
+    def folder(self) -> Path:
+        configured = Path(self.data_folder or self.name)
+        return configured if configured.is_absolute() else scenarios_dir() / configured
+
+
+_FAMILIES: dict[str, FamilyEntry[Any]] = {}
+_discovered = False
+
+
+def register_family(entry: FamilyEntry[ReportT]) -> FamilyEntry[ReportT]:
+    """Make a family known; registering another family under a taken name is an error."""
+    known = _FAMILIES.get(entry.name)
+    if known is not None and known is not entry:
+        raise ApplianceError(f"scenario family '{entry.name}' is registered twice")
+    _FAMILIES[entry.name] = entry
+    return entry
+
+
+def unregister_family(name: str) -> None:
+    """For tests that register an example family for a while."""
+    _FAMILIES.pop(name, None)
+
+
+def discover() -> None:
+    """Import every family package, entry point and $APPLIANCE_FAMILIES module once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    package = importlib.import_module("appliance.scenarios")
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.ispkg:
+            importlib.import_module(f"appliance.scenarios.{module.name}")
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        point.load()
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ApplianceError(f"${PLUGINS_VARIABLE}: cannot import family module '{name}' ({error})") from None
+
+
+def families() -> list[FamilyEntry[Any]]:
+    discover()
+    return sorted(_FAMILIES.values(), key=lambda entry: (entry.order, entry.name))
+
 
 def family_names() -> list[str]:
-    return ["pingpong", "simulatebench", "clembench", "simulbench", "deepeval"]
+    return [entry.name for entry in families()]
+
+
+def family_entry(spec: str) -> FamilyEntry[Any]:
+    """The entry of `NAME` or `NAME:SOURCE`."""
+    discover()
+    name = spec.partition(":")[0]
+    entry = _FAMILIES.get(name)
+    if entry is None:
+        raise ApplianceError(f"unknown scenario '{name}' (known: {', '.join(family_names())})")
+    return entry
 
 
 def load_family(
@@ -22,42 +174,33 @@ def load_family(
     seed: int = 0,
     store: Store | None = None,
 ) -> Family:
-    """`NAME` uses the family's own data; `NAME:FOLDER` uses another folder (e.g. imported data).
+    """`NAME` uses the family's own data; `NAME:SOURCE` another source (a folder, a file, a stored set)."""
+    entry = family_entry(spec)
+    folder = scenarios_root / entry.name if scenarios_root is not None else entry.folder()
+    _, _, source = spec.partition(":")
+    request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store)
+    return entry.load(request)
 
-    clembench generates fresh instances from `seed`; `clembench:SOURCE` plays
-    an instance-set file, clembench's published instances, or a set stored in `store`.
-    """
-    root = scenarios_root or scenarios_dir()
-    judges = judges_root or judges_dir()
-    name, _, folder = spec.partition(":")
-    if name == "clembench":
-        from appliance.scenarios.clembench.family import load_clembench
 
-        return load_clembench(spec, root / "clembench", seed=seed, store=store)
-    if name == "simulbench":
-        from appliance.scenarios.simulbench.family import load_simulbench
+def importers() -> dict[str, Importer]:
+    """Every import kind of every family, by kind."""
+    return {importer.kind: importer for entry in families() for importer in entry.importers}
 
-        return load_simulbench(spec, root / "simulbench", judges, store=store)
-    if name == "deepeval":
-        from appliance.scenarios.deepeval.family import load_deepeval
 
-        return load_deepeval(spec, root / "deepeval", judges, seed=seed)
-    if name == "pingpong":
-        from appliance.scenarios.pingpong import PingPongFamily
+@dataclass(frozen=True)
+class ScenarioReport:
+    """A family's report of one run, with the renderer that prints it."""
 
-        data = Path(folder) if folder else root / "pingpong"
-        if not data.is_dir():
-            raise ApplianceError(f"scenario '{spec}': data folder {data} not found")
-        family = PingPongFamily.load(data, judges, prompts_folder=root / "pingpong")
-        family.name = spec
-        return family
-    if name == "simulatebench":
-        from appliance.scenarios.simulatebench.family import SimulateBenchFamily
+    family: FamilyEntry[Any]
+    report: BaseModel
 
-        data = Path(folder) if folder else root / "simulatebench"
-        if not data.is_dir():
-            raise ApplianceError(f"scenario '{spec}': data folder {data} not found")
-        simulate = SimulateBenchFamily.load(data, prompts_folder=root / "simulatebench")
-        simulate.name = spec
-        return simulate
-    raise ApplianceError(f"unknown scenario '{name}' (known: {', '.join(family_names())})")
+    def render(self, console: Console) -> None:
+        self.family.render(console, self.report)
+
+    def model_dump(self) -> dict[str, Any]:
+        return self.report.model_dump()
+
+
+def build_scenario_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ScenarioReport:
+    entry = family_entry(scenario)
+    return ScenarioReport(entry, entry.report(store, run_id, scenario, panel))

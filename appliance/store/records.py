@@ -49,6 +49,7 @@ class EpisodeRecord(BaseModel):
     run_id: str
     scenario: str
     instance_id: str
+    #: the pairing's label: "A" in self-play, "A--B" when B played the partner roles
     player: str
     status: str
     seed: int
@@ -56,6 +57,9 @@ class EpisodeRecord(BaseModel):
     finished_at: datetime
     wall_s: float
     error: str | None = None
+    #: the models behind the label (None for imported episodes of unknown models)
+    player_model: str | None = None
+    partner_model: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     messages: list[MessageRecord] = Field(default_factory=list)
     judgments: list[JudgmentRecord] = Field(default_factory=list)

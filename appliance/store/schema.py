@@ -202,4 +202,19 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        6,
+        "the models of an episode's pairing as data: player_model and partner_model beside the label",
+        """
+        ALTER TABLE episodes ADD COLUMN player_model VARCHAR;
+        ALTER TABLE episodes ADD COLUMN partner_model VARCHAR;
+        UPDATE episodes SET
+            player_model = split_part(player, '--', 1),
+            partner_model = CASE WHEN contains(player, '--') THEN split_part(player, '--', 2)
+                                 ELSE player END;
+        """,
+    )
+)
+
 LATEST_VERSION = MIGRATIONS[-1][0]

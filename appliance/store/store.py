@@ -117,23 +117,26 @@ class Store:
 
     def create_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
         with self.transaction():
+            self._insert_run(run, models)
+
+    def _insert_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
+        self.connection.execute(
+            "INSERT INTO runs VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, NULL)",
+            [
+                run.run_id,
+                run.started_at,
+                run.seed,
+                json.dumps(run.config),
+                json.dumps(run.versions),
+                run.git_revision,
+                json.dumps(run.file_hashes),
+            ],
+        )
+        for model in models:
             self.connection.execute(
-                "INSERT INTO runs VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, NULL)",
-                [
-                    run.run_id,
-                    run.started_at,
-                    run.seed,
-                    json.dumps(run.config),
-                    json.dumps(run.versions),
-                    run.git_revision,
-                    json.dumps(run.file_hashes),
-                ],
+                "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?)",
+                [run.run_id, model.name, model.backend, model.path, model.sha256, json.dumps(model.parameters)],
             )
-            for model in models:
-                self.connection.execute(
-                    "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?)",
-                    [run.run_id, model.name, model.backend, model.path, model.sha256, json.dumps(model.parameters)],
-                )
 
     def write_episode(self, episode: EpisodeRecord) -> None:
         """All of an episode or nothing: the transaction makes resumption exact."""
@@ -150,7 +153,9 @@ class Store:
         for table in ("messages", "judgments", "scores", "episodes"):
             self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [episode.episode_id])
         self.connection.execute(
-            "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO episodes (episode_id, run_id, scenario, instance_id, player, status, seed, started_at, "
+            "finished_at, wall_s, error, metadata, player_model, partner_model) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 episode.episode_id,
                 episode.run_id,
@@ -164,6 +169,8 @@ class Store:
                 episode.wall_s,
                 episode.error,
                 json.dumps(episode.metadata),
+                episode.player_model,
+                episode.partner_model,
             ],
         )
         self._insert_messages(episode)
@@ -240,6 +247,17 @@ class Store:
                 [value for row in rows for value in row],
             )
 
+    def import_run(self, run: RunRecord, models: Sequence[ModelRecord], episodes: Sequence[EpisodeRecord]) -> bool:
+        """A whole run from another system in one transaction; False when `run.run_id` is already stored."""
+        if self.has_run(run.run_id):
+            return False
+        with self.transaction():
+            self._insert_run(run, models)
+            for episode in episodes:
+                self._write_episode_rows(episode)
+            self.finish_run(run.run_id, "imported", 0.0)
+        return True
+
     def write_bench(
         self,
         bench_id: str,
@@ -277,6 +295,22 @@ class Store:
         record = dict(zip(keys, row, strict=True))
         record["config"] = json.loads(record["config"])
         return record
+
+    def has_run(self, run_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))
+
+    def episode_count(self, run_id: str) -> int:
+        return int(self.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id])[0][0])
+
+    def finished_episodes(self, run_id: str) -> list[tuple[str, str, str, str, str, int]]:
+        """(episode id, scenario, instance id, player model, partner model, seed) of every finished episode."""
+        rows = self.query(
+            "SELECT episode_id, scenario, instance_id, coalesce(player_model, player), "
+            "coalesce(partner_model, player_model, player), seed FROM episodes "
+            "WHERE run_id = ? AND status = 'finished' ORDER BY episode_id",
+            [run_id],
+        )
+        return [(str(e), str(s), str(i), str(p), str(q), int(seed)) for e, s, i, p, q, seed in rows]
 
     def finished_episode_ids(self, run_id: str) -> set[str]:
         rows = self.connection.execute(

@@ -8,46 +8,31 @@ from pathlib import Path
 
 from appliance.episodes import EpisodeContext, pair_label
 from appliance.errors import ApplianceError
-from appliance.scenarios.base import Instance
-from appliance.scenarios.clembench import imagegame, privateshared, referencegame, taboo, wordle
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.clembench.games import game_of, variant_names
 from appliance.scenarios.clembench.generate import generate_instance_set
-from appliance.scenarios.clembench.instances import (
-    GAMES,
-    TWO_PLAYER_GAMES,
-    ClemInstance,
-    InstanceSet,
-    read_instance_set,
-)
-from appliance.scenarios.clembench.master import Abort, Outcome, Table, episode_scores
+from appliance.scenarios.clembench.instances import ClemInstance, InstanceSet, read_instance_set
+from appliance.scenarios.clembench.master import Abort, GameTable, Outcome, episode_scores
 from appliance.scenarios.clembench.published import read_published
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 
+DESCRIPTION = "dialogue games run by a programmatic game master (% played, quality, clemscore)"
 
-async def play_game(table: Table, instance: ClemInstance) -> Outcome:
+
+async def play_game(table: GameTable, instance: ClemInstance) -> Outcome:
     """Run the instance's game to its end; a parse-rule break ends it as aborted."""
     try:
-        if instance.game.startswith("wordle"):
-            return await wordle.play(table, instance.params, instance.game)
-        if instance.game == "taboo":
-            return await taboo.play(table, instance.params)
-        if instance.game == "imagegame":
-            return await imagegame.play(table, instance.params)
-        if instance.game == "referencegame":
-            return await referencegame.play(table, instance.params)
-        if instance.game == "privateshared":
-            return await privateshared.play(table, instance.params)
+        return await game_of(instance.game).play(table, instance)
     except Abort as abort:
         table.ctx.record_note("gm", f"aborted: {abort}")
         return Outcome.aborted()
-    raise ValueError(f"unknown game '{instance.game}'")
 
 
-class ClembenchFamily:
-    description = "dialogue games run by a programmatic game master (% played, quality, clemscore)"
-    support_roles: tuple[str, ...] = ()
-    judge_template = ""
-    calibrated_metric = ""
+class ClembenchFamily(ScenarioFamily):
+    """Scored by the game masters' rules: no judge panel."""
+
+    description = DESCRIPTION
 
     def __init__(
         self, instance_set: InstanceSet, data_folder: Path, name: str = "clembench", sources: list[Path] | None = None
@@ -72,9 +57,10 @@ class ClembenchFamily:
         for instance in instances:
             assert isinstance(instance, ClemInstance)
             by_game[instance.game][instance.experiment].append(instance)
+        order = variant_names()
         chosen: list[Instance] = []
         rng = random.Random(seed)
-        for game in sorted(by_game, key=lambda g: GAMES.index(g) if g in GAMES else len(GAMES)):
+        for game in sorted(by_game, key=lambda g: order.index(g) if g in order else len(order)):
             pools = [rng.sample(pool, len(pool)) for _, pool in sorted(by_game[game].items())]
             picked: list[Instance] = []
             while len(picked) < limit and any(pools):
@@ -85,19 +71,16 @@ class ClembenchFamily:
         return chosen
 
     def two_player(self, instance: Instance) -> bool:
-        return isinstance(instance, ClemInstance) and instance.game in TWO_PLAYER_GAMES
+        return isinstance(instance, ClemInstance) and instance.game in game_of(instance.game).two_player
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, ClemInstance)
-        table = Table(ctx)
+        table = GameTable(ctx)
         outcome = await play_game(table, instance)
         ctx.scores.extend(
             episode_scores(outcome, table.requests, pair_label(ctx.model_for("player"), ctx.model_for("partner")))
         )
         ctx.metadata["turn_scores"] = outcome.turn_scores
-
-    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        """Rules score clembench; there is nothing for a judge panel to rescore."""
 
 
 def load_clembench(spec: str, data_folder: Path, *, seed: int, store: Store | None) -> ClembenchFamily:
@@ -108,11 +91,19 @@ def load_clembench(spec: str, data_folder: Path, *, seed: int, store: Store | No
         return ClembenchFamily(generate_instance_set(data_folder, seed), data_folder, spec)
     path = Path(source)
     if path.is_file() and path.name != "instances.json":
-        return ClembenchFamily(read_instance_set(path), data_folder, spec, [path])
+        return ClembenchFamily(_known_games(read_instance_set(path), str(path)), data_folder, spec, [path])
     if path.exists():
         files = [path] if path.is_file() else sorted(path.glob("*/instances.json"))
         return ClembenchFamily(read_published(path, data_folder), data_folder, spec, files)
     payload = load_instance_set(store, source) if store is not None else None
     if payload is None:
         raise ApplianceError(f"scenario '{spec}': '{source}' is neither a file, a folder nor a stored instance set")
-    return ClembenchFamily(InstanceSet.model_validate(payload), data_folder, spec)
+    return ClembenchFamily(_known_games(InstanceSet.model_validate(payload), source), data_folder, spec)
+
+
+def _known_games(instance_set: InstanceSet, source: str) -> InstanceSet:
+    known = variant_names()
+    unknown = sorted({i.game for i in instance_set.instances} - set(known))
+    if unknown:
+        raise ApplianceError(f"{source}: unknown game '{unknown[0]}' (known: {', '.join(known)})")
+    return instance_set

@@ -14,7 +14,7 @@ from typing import Literal
 
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
-from appliance.scenarios.base import RULES_PANEL
+from appliance.scenarios.base import RULE_SCORER
 from appliance.store.records import ScoreRecord
 
 #: clembench's own metric names, kept verbatim so imported and native episodes aggregate alike
@@ -83,7 +83,7 @@ class Seat:
 
 
 @dataclass
-class Table:
+class GameTable:
     """Where a game is played: the episode, its request counts, and the seats it opens."""
 
     ctx: EpisodeContext
@@ -124,4 +124,4 @@ def episode_scores(outcome: Outcome, requests: Requests, player: str) -> list[Sc
         SUCCESS_RATIO: requests.parsed / requests.total if requests.total else 0.0,
         **outcome.extra,
     }
-    return [ScoreRecord(panel=RULES_PANEL, player=player, metric=m, value=v) for m, v in values.items()]
+    return [ScoreRecord(panel=RULE_SCORER, player=player, metric=m, value=v) for m, v in values.items()]

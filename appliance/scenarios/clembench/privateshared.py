@@ -13,10 +13,15 @@ mean of slot-filling accuracy and Cohen's kappa of the probes (truncated at
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
 from typing import Any
 
-from appliance.calibration.metrics import cohen_kappa
-from appliance.scenarios.clembench.master import Outcome, Seat, Table
+from appliance.scenarios.clembench.gamedata import load_toml, need, new_instance
+from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome, Seat
+from appliance.stats import cohen_kappa
 
 
 def quality(slot_accuracy: float, kappa: float) -> float:
@@ -41,7 +46,7 @@ def parse_probe(reply: str, tags: dict[str, str]) -> int | None:
 
 
 async def probe_round(
-    seat: Seat, table: Table, params: dict[str, Any], known: dict[str, int], round_index: int, preamble: str
+    seat: Seat, table: GameTable, params: dict[str, Any], known: dict[str, int], round_index: int, preamble: str
 ) -> list[tuple[int, int]]:
     """(gold, answer) for each slot; the gold is 1 when the slot is known by this round."""
     results = []
@@ -61,7 +66,7 @@ async def probe_round(
     return results
 
 
-async def play(table: Table, params: dict[str, Any]) -> Outcome:
+async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     seat = table.seat("player", "answerer", 40)
     slots: dict[str, str] = params["slots"]
     order: list[str] = params["request_order"]
@@ -93,3 +98,79 @@ async def play(table: Table, params: dict[str, Any]) -> Outcome:
     }
     won = accuracy == 1 and slot_accuracy == 1
     return Outcome("success" if won else "lose", quality(slot_accuracy, kappa), extra)
+
+
+def privateshared_params(
+    data: dict[str, Any], path: Path, experiment: str, slots: dict[str, str], order: list[str], intro: str | None
+) -> dict[str, Any]:
+    """The parameters of one private/shared game; `intro` overrides ours (published instances bring theirs)."""
+    spec = need(need(data, "experiments", path), experiment, path)
+    tags = dict(need(data, "tags", path))
+    tags["questioner"] = need(spec, "tag", path)
+
+    def question(kind: str, slot: str) -> str:
+        if kind in spec:
+            return str(need(spec[kind], slot, path))
+        return str(need(spec, f"{kind[:-1]}_template", path)).format(slot=slot)
+
+    if intro is None:
+        details = "\n".join(f"{slot.upper()}: {value}" for slot, value in slots.items())
+        intro = need(need(data, "intro", path), "text", path).format(
+            persona=spec["persona"], details=details, other=spec["other"], tag=tags["questioner"]
+        )
+    return {
+        "slots": slots,
+        "request_order": order,
+        "intro": intro,
+        "tags": tags,
+        "requests": {slot: question("requests", slot) for slot in slots},
+        "probes": {slot: f"{tags['me']} {question('probes', slot)}" for slot in slots},
+        "probe_retries": data.get("probe_retries", 3),
+        "retry_prefixes": data.get("retry_prefixes", []),
+    }
+
+
+def privateshared_instances(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
+    path = folder / "privateshared.toml"
+    data = load_toml(path)
+    instances = []
+    for experiment, spec in need(data, "experiments", path).items():
+        if "values" not in spec:
+            continue
+        for index in range(count):
+            slots = {slot: rng.choice(values) for slot, values in spec["values"].items()}
+            order = list(slots)
+            rng.shuffle(order)
+            params = privateshared_params(data, path, experiment, slots, order, None)
+            instances.append(new_instance("privateshared", experiment, index, params))
+    return instances
+
+
+def convert_published(published: PublishedItem) -> tuple[str, dict[str, Any]]:
+    """Their intro verbatim; the request and probe questions from our data (clembench keeps them elsewhere)."""
+    item, path = published.item, published.data_folder / "privateshared.toml"
+    params = privateshared_params(
+        load_toml(path),
+        path,
+        published.experiment["name"],
+        dict(item["slots"]),
+        list(item["request_order"]),
+        item["initial_prompt"],
+    )
+    params["tags"]["questioner"] = f"{item['tag']}:"
+    return "privateshared", params
+
+
+async def play_instance(table: GameTable, instance: ClemInstance) -> Outcome:
+    return await play(table, instance.params)
+
+
+GAME = register_game(
+    Game(
+        name="privateshared",
+        play=play_instance,
+        generate=privateshared_instances,
+        convert=convert_published,
+        order=40,
+    )
+)

@@ -7,13 +7,19 @@ a `response` group, as clembench's instances do). Quality: 100 if the guesser pi
 
 from __future__ import annotations
 
+import random
 import re
+from pathlib import Path
 from typing import Any
 
-from appliance.scenarios.clembench.master import Outcome, Table
+from appliance.scenarios.clembench.gamedata import load_toml, need, new_instance
+from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
+from appliance.scenarios.clembench.grids import compact_shape, random_shape, render_grid
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome
 
 
-async def play(table: Table, params: dict[str, Any]) -> Outcome:
+async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     giver = table.seat("player", "instruction giver", 48)
     guesser = table.seat("partner", "guesser", 16)
     expression_reply = await giver.ask(params["giver_prompt"])
@@ -31,3 +37,62 @@ async def play(table: Table, params: dict[str, Any]) -> Outcome:
     correct = picked in [name.lower() for name in params["target_names"]]
     extra: dict[str, float | None] = {"Generated Expression Length": float(len(described))}
     return Outcome("success" if correct else "lose", 100.0 if correct else 0.0, extra)
+
+
+def referencegame_instances(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
+    path = folder / "referencegame.toml"
+    data = load_toml(path)
+    letter = data.get("letter", "X")
+    instances = []
+    for experiment in ("compact_grids", "random_grids"):
+        for index in range(count):
+            grids: list[str] = []
+            while len(grids) < 3:  # three distinct grids: a target and two distractors
+                shape = compact_shape(rng, letter) if experiment == "compact_grids" else random_shape(rng, letter, 8)
+                if render_grid(shape) not in grids:
+                    grids.append(render_grid(shape))
+            order = [0, 1, 2]
+            rng.shuffle(order)
+            for language, spec in need(data, "languages", path).items():
+                answers = need(spec, "answers", path)
+                params = {
+                    "giver_prompt": need(spec, "giver", path).format(
+                        target=grids[0], distractor_1=grids[1], distractor_2=grids[2]
+                    ),
+                    "guesser_prompt": need(spec, "guesser", path).format(
+                        first=grids[order[0]], second=grids[order[1]], third=grids[order[2]]
+                    ),
+                    "giver_pattern": rf"^{re.escape(need(spec, 'expression_tag', path))}\s*(?P<content>.+)",
+                    "guesser_pattern": rf"^{re.escape(need(spec, 'answer_tag', path))}\s*"
+                    rf"(?P<response>{'|'.join(map(re.escape, answers))}|1|2|3)\b",
+                    "target_names": [answers[order.index(0)], str(order.index(0) + 1)],
+                }
+                instances.append(new_instance("referencegame", f"{experiment}_{language}", index, params, language))
+    return instances
+
+
+def convert_published(published: PublishedItem) -> tuple[str, dict[str, Any]]:
+    item = published.item
+    return "referencegame", {
+        "giver_prompt": item["player_1_prompt_header"],
+        "guesser_prompt": item["player_2_prompt_header"],
+        "giver_pattern": item["player_1_response_pattern"],
+        "guesser_pattern": item["player_2_response_pattern"],
+        "target_names": list(item["target_grid_name"]),
+    }
+
+
+async def play_instance(table: GameTable, instance: ClemInstance) -> Outcome:
+    return await play(table, instance.params)
+
+
+GAME = register_game(
+    Game(
+        name="referencegame",
+        play=play_instance,
+        generate=referencegame_instances,
+        convert=convert_published,
+        two_player=frozenset({"referencegame"}),
+        order=30,
+    )
+)

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.base import RULES_PANEL
+from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
 
 SCENARIO = "clembench"
@@ -48,7 +48,7 @@ def _digest(files: list[tuple[PurePosixPath, bytes]]) -> str:
 def _numeric_scores(scores: dict[str, Any], players: str) -> list[ScoreRecord]:
     """The numeric episode scores (NaN, clembench's "not applicable", is stored as NULL)."""
     return [
-        ScoreRecord(panel=RULES_PANEL, player=players, metric=metric, value=None if math.isnan(value) else float(value))
+        ScoreRecord(panel=RULE_SCORER, player=players, metric=metric, value=None if math.isnan(value) else float(value))
         for metric, value in scores.items()
         if isinstance(value, int | float)
     ]
@@ -60,9 +60,8 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
         raise ApplianceError(f"{path}: not found")
     files = list(_score_files(path))
     run_id = f"clembench-import-{_digest(files)[:12]}"
-    if store.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]):
-        count = store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id])[0][0]
-        return run_id, int(count), False
+    if store.has_run(run_id):
+        return run_id, store.episode_count(run_id), False
     episodes: list[EpisodeRecord] = []
     now = datetime.now(UTC).replace(tzinfo=None)
     for name, content in files:
@@ -94,7 +93,7 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
         )
     if not episodes:
         raise ApplianceError(f"{path}: no scores.json files found")
-    store.create_run(
+    store.import_run(
         RunRecord(
             run_id=run_id,
             started_at=now,
@@ -105,7 +104,6 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
             file_hashes={},
         ),
         [],
+        episodes,
     )
-    store.write_episodes(episodes)
-    store.finish_run(run_id, "imported", 0.0)
     return run_id, len(episodes), True

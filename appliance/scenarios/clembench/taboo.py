@@ -9,10 +9,15 @@ when the word is found at turn n, else 0.
 
 from __future__ import annotations
 
+import random
 import re
+from pathlib import Path
 from typing import Any
 
-from appliance.scenarios.clembench.master import Outcome, Table
+from appliance.scenarios.clembench.gamedata import load_toml, need, new_instance
+from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome
 
 CLUE_TAG = "CLUE:"
 GUESS_TAG = "GUESS:"
@@ -45,7 +50,7 @@ def normalise_guess(text: str) -> str:
     return " ".join(words_of(text))
 
 
-async def play(table: Table, params: dict[str, Any]) -> Outcome:
+async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     target: str = params["target"]
     related: list[str] = params["related"]
     max_turns = int(params["max_turns"])
@@ -78,3 +83,60 @@ async def play(table: Table, params: dict[str, Any]) -> Outcome:
 
 def _repeats(guesses: list[str]) -> dict[str, float | None]:
     return {"Repetition-Guesser": float(len(guesses) - len(set(guesses)))}
+
+
+def taboo_instances(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
+    path = folder / "taboo.toml"
+    data = load_toml(path)
+    prompts = need(data, "prompts", path)
+    turns = int(data.get("max_turns", 3))
+    instances = []
+    for band, entries in need(data, "words", path).items():
+        for index, entry in enumerate(rng.sample(entries, min(count, len(entries)))):
+            taboo = need(entry, "taboo", path)
+            params = {
+                "target": need(entry, "target", path),
+                "related": taboo,
+                "max_turns": turns,
+                "describer_prompt": need(prompts, "describer", path).format(
+                    target=entry["target"], taboo="\n".join(f"- {word}" for word in taboo), turns=turns
+                ),
+                "guesser_prompt": need(prompts, "guesser", path).format(turns=turns),
+            }
+            instances.append(new_instance("taboo", band, index, params))
+    return instances
+
+
+def convert_published(published: PublishedItem) -> tuple[str, dict[str, Any]]:
+    experiment, item = published.experiment, published.item
+    turns = int(experiment["max_turns"])
+    related = list(item["related_word"])
+    describer = (
+        experiment["describer_initial_prompt"]
+        .replace("$TARGET_WORD$", item["target_word"])
+        .replace("$REL_WORD$", "\n".join(f"- {word}" for word in related))
+        .replace("$N$", str(turns))
+    )
+    return "taboo", {
+        "target": item["target_word"],
+        "related": related,
+        "max_turns": turns,
+        "describer_prompt": describer,
+        "guesser_prompt": experiment["guesser_initial_prompt"].replace("$N$", str(turns)),
+    }
+
+
+async def play_instance(table: GameTable, instance: ClemInstance) -> Outcome:
+    return await play(table, instance.params)
+
+
+GAME = register_game(
+    Game(
+        name="taboo",
+        play=play_instance,
+        generate=taboo_instances,
+        convert=convert_published,
+        two_player=frozenset({"taboo"}),
+        order=10,
+    )
+)

@@ -10,12 +10,17 @@ wordle 100/100/100/50/30/20 for a win at attempt 1..6; the variants 100 / n.
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from appliance.scenarios.clembench.master import Abort, Outcome, Requests, Seat, Table
+from appliance.scenarios.clembench.gamedata import literal, load_toml, need, new_instance
+from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import Abort, GameTable, Outcome, Requests, Seat
 
 SPEED_SCORES = {1: 100.0, 2: 100.0, 3: 100.0, 4: 50.0, 5: 30.0, 6: 20.0}
 
@@ -109,7 +114,7 @@ async def ask_for_guess(guesser: Seat, prompt: str, requests: Requests, game: di
     raise Abort("too many guesses outside the word list")
 
 
-async def play(table: Table, params: dict[str, Any], variant: str) -> Outcome:
+async def play(table: GameTable, params: dict[str, Any], variant: str) -> Outcome:
     """`variant` is "wordle", "wordle_withclue" or "wordle_withcritic"."""
     keywords = Keywords(**params.get("keywords", {}))
     target = params["target"].lower()
@@ -158,3 +163,74 @@ def _extra(guesses: list[str], critic: Seat | None, changed: int) -> dict[str, f
     if critic is not None:
         extra["Change-Of-Opinion"] = float(changed)
     return extra
+
+
+def wordle_instances(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
+    path = folder / "wordle.toml"
+    data = load_toml(path)
+    prompts, texts = need(data, "prompts", path), need(data, "texts", path)
+    words = need(need(data, "words", path), "accepted", path).split()
+    instances = []
+    for game in ("wordle", "wordle_withclue", "wordle_withcritic"):
+        for band, targets in need(data, "targets", path).items():
+            for index, entry in enumerate(rng.sample(targets, min(count, len(targets)))):
+                clue = need(entry, "clue", path)
+                params = {
+                    "target": need(entry, "word", path),
+                    "clue": clue,
+                    "words": words,
+                    "attempts": data.get("attempts", 6),
+                    "max_retries": data.get("max_retries", 2),
+                    "guesser_prompt": prompts["guesser"]
+                    if game == "wordle"
+                    else need(prompts, "guesser_clue", path).format(clue=clue),
+                    "critic_prompt": need(prompts, "critic", path).format(clue=clue),
+                    "texts": texts,
+                }
+                instances.append(new_instance(game, band, index, params))
+    return instances
+
+
+def convert_published(published: PublishedItem) -> tuple[str, dict[str, Any]]:
+    experiment, item = published.experiment, published.item
+    ours = load_toml(published.data_folder / "wordle.toml")
+    game = (
+        "wordle_withcritic"
+        if experiment.get("use_critic")
+        else "wordle_withclue"
+        if experiment.get("use_clue")
+        else "wordle"
+    )
+    keywords = literal(experiment.get("lang_keywords", "{}"))
+    config = literal(experiment.get("common_config", "{}"))
+    retries = config.get("max_retry_per_error", {})
+    clue = item.get("target_word_clue", "")
+    guesser = experiment["guesser_prompt"].replace("$CLUE$", clue)
+    params = {
+        "target": item["target_word"],
+        "clue": clue,
+        "words": keywords.get("official_words_list") or ours["words"]["accepted"].split(),
+        "attempts": config.get("n_turns", 6),
+        "max_retries": retries.get("NOT_VALID_WORD_FOR_GAME", 5) if isinstance(retries, dict) else retries,
+        "guesser_prompt": guesser,
+        "critic_prompt": experiment.get("guesser_critic_prompt", "").replace("$CLUE$", clue),
+        "texts": ours["texts"],
+    }
+    return game, params
+
+
+async def play_instance(table: GameTable, instance: ClemInstance) -> Outcome:
+    return await play(table, instance.params, instance.game)
+
+
+GAME = register_game(
+    Game(
+        name="wordle",
+        play=play_instance,
+        generate=wordle_instances,
+        convert=convert_published,
+        variants=("wordle", "wordle_withclue", "wordle_withcritic"),
+        two_player=frozenset({"wordle_withcritic"}),
+        order=0,
+    )
+)

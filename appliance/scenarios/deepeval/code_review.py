@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
 from appliance.judging.templates import RatingTemplate
-from appliance.scenarios.base import RULES_PANEL
+from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.sandbox import TestRun, run_tests
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
@@ -100,8 +100,8 @@ async def play_code_review(ctx: EpisodeContext, settings: DeepEvalSettings, prob
     )
     programmer, reviewer = referee.models[PROGRAMMER], referee.models[REVIEWER]
     ctx.scores += [
-        ScoreRecord(panel=RULES_PANEL, player=programmer, metric="tests:programmer", value=final.fraction),
-        ScoreRecord(panel=RULES_PANEL, player=reviewer, metric="gain:reviewer", value=final.fraction - first.fraction),
+        ScoreRecord(panel=RULE_SCORER, player=programmer, metric="tests:programmer", value=final.fraction),
+        ScoreRecord(panel=RULE_SCORER, player=reviewer, metric="gain:reviewer", value=final.fraction - first.fraction),
     ]
 
 

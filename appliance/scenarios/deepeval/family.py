@@ -12,12 +12,13 @@ opening word) and the public goods game in its mode.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.templates import RatingTemplate, load_judge_template
-from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily, SupportRole
 from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
 from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, task_is_stable
 from appliance.scenarios.deepeval.public_goods import play_public_goods
@@ -25,7 +26,7 @@ from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSetting
 from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.scenarios.deepeval.translation import Passage, judge_translation, load_passages, play_translation
 from appliance.scenarios.deepeval.word_chain import play_word_chain, read_word_list
-from appliance.store import Store
+from appliance.store.run_view import RunView
 
 JUDGE_TEMPLATE = "deepeval_role_rating"
 DESCRIPTION = "models interact through a referee's message pool: public goods, word chains, code review, translation"
@@ -73,21 +74,11 @@ class DeepEvalData:
         return DeepEvalInstance(id=f"{task}/r{repetition:02d}", task=task, repetition=repetition, item=item)
 
 
-def every_pairing(players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
-    """Each ordered pair of distinct players (so roles and speaking order swap); self-play for one player."""
-    if len(players) == 1:
-        return [(players[0], players[0])]
-    return [(a, b) for a in players for b in players if a != b]
-
-
-class WaveStage:
+class WaveStage(JudgedFamily):
     """One wave of repetitions; every wave is played by the same rules."""
 
     description = DESCRIPTION
-    support_roles: tuple[str, ...] = ()
     judge_template = JUDGE_TEMPLATE
-    calibrated_metric = ""
-    pairings = staticmethod(every_pairing)
 
     def __init__(self, name: str, data: DeepEvalData, wave: int) -> None:
         self.name = name
@@ -112,14 +103,21 @@ class WaveStage:
         cap = self.data.settings.repetitions.max if limit is None else limit
         return [i for i in instances if isinstance(i, DeepEvalInstance) and i.repetition < cap]
 
-    def prepare(self, store: Store, run_id: str) -> None:
+    def pairings(
+        self, players: list[str], support: Mapping[SupportRole, str], instance: Instance, cross_play: bool
+    ) -> list[tuple[str, str]]:
+        """Each ordered pair of distinct players (so roles and speaking order swap); self-play for one player."""
+        if len(players) == 1:
+            return [(players[0], players[0])]
+        return [(a, b) for a in players for b in players if a != b]
+
+    def prepare(self, run: RunView) -> None:
         """Plan more repetitions of each task whose payoffs are not yet stable. A stable task stays
         stable (nothing new is stored for it), and repetitions past `--limit` are dropped by
         `select_instances`, so the stored payoffs alone decide."""
         if self.wave == 0:
             return
-        panel = str(store.run(run_id)["config"]["panel"]["name"])
-        payoffs = payoff_samples(metric_samples(store, run_id, self.name, panel), self.data.specs)
+        payoffs = payoff_samples(metric_samples(run, run.panel), self.data.specs)
         rule = self.data.settings.repetitions
         unstable = [spec.id for spec in self.data.specs if not task_is_stable(spec, payoffs, rule)]
         self._instances = [self.data.instance(task, r) for task in unstable for r in range(self.first, self.last)]
@@ -156,7 +154,7 @@ class WaveStage:
         return self.data.passages[instance.item]
 
 
-class DeepEvalFamily:
+class DeepEvalFamily(StagedFamily):
     description = DESCRIPTION
     judge_template = JUDGE_TEMPLATE
 

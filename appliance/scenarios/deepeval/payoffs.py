@@ -12,12 +12,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from statistics import mean
 
-from appliance.report.bootstrap import bootstrap_interval
-from appliance.scenarios.base import RULES_PANEL
+from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.settings import Repetitions
 from appliance.scenarios.deepeval.tasks import TaskSpec
-from appliance.store import Store
+from appliance.stats import bootstrap_interval
 from appliance.store.records import ScoreRecord
+from appliance.store.run_view import RunView
 
 #: (task, model, role) -> the payoffs of that model in that role, one per episode
 PayoffSamples = dict[tuple[str, str, str], list[float]]
@@ -28,24 +28,19 @@ def seat_scores(models: Mapping[str, str], values: Mapping[str, float], metric: 
     by_model: dict[str, list[float]] = defaultdict(list)
     for seat, value in values.items():
         by_model[models[seat]].append(float(value))
-    return [ScoreRecord(panel=RULES_PANEL, player=m, metric=metric, value=mean(v)) for m, v in by_model.items()]
+    return [ScoreRecord(panel=RULE_SCORER, player=m, metric=metric, value=mean(v)) for m, v in by_model.items()]
 
 
 def task_of(instance_id: str) -> str:
     return instance_id.split("/", 1)[0]
 
 
-def metric_samples(store: Store, run_id: str, scenario: str, panel: str) -> dict[tuple[str, str, str], list[float]]:
+def metric_samples(run: RunView, panel: str) -> dict[tuple[str, str, str], list[float]]:
     """(task, model, metric) -> values, one per finished episode, from rules and from `panel`."""
-    rows = store.query(
-        "SELECT e.instance_id, s.player, s.metric, s.value FROM scores s JOIN episodes e USING (episode_id) "
-        "WHERE e.run_id = ? AND e.scenario = ? AND e.status = 'finished' AND s.panel IN (?, ?) "
-        "AND s.value IS NOT NULL ORDER BY e.instance_id, e.episode_id",
-        [run_id, scenario, RULES_PANEL, panel],
-    )
     samples: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for instance_id, model, metric, value in rows:
-        samples[(task_of(str(instance_id)), str(model), str(metric))].append(float(value))
+    for score in run.scores(panels=[RULE_SCORER, panel]):
+        if score.value is not None:
+            samples[(task_of(score.instance_id), score.player, score.metric)].append(score.value)
     return samples
 
 

@@ -1,1 +1,55 @@
-"""SimulateBench: a model plays a character from a long profile and answers single-choice questions about it."""
+"""SimulateBench: consistency and robustness on character profiles, registered in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appliance.errors import ApplianceError
+from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, LoadRequest, register_family
+from appliance.scenarios.simulatebench.family import DESCRIPTION, SimulateBenchFamily
+from appliance.scenarios.simulatebench.importer import import_simulatebench
+from appliance.scenarios.simulatebench.render import print_consistency
+from appliance.scenarios.simulatebench.report import ConsistencyReport, build_consistency_report
+
+
+def load(request: LoadRequest) -> SimulateBenchFamily:
+    """`simulatebench` plays our profiles; `simulatebench:FOLDER` an imported folder."""
+    data = Path(request.source) if request.source else request.data_folder
+    if not data.is_dir():
+        raise ApplianceError(f"scenario '{request.spec}': data folder {data} not found")
+    family = SimulateBenchFamily.load(data, prompts_folder=request.data_folder)
+    family.name = request.spec
+    return family
+
+
+def import_profiles(request: ImportRequest) -> list[str]:
+    out = request.out or Path("imported/simulatebench")
+    profiles, questions, skipped = import_simulatebench(request.path, out)
+    return [
+        f"imported {profiles} profiles with {questions} single-choice questions into {out} "
+        f"({skipped} questions skipped: open questions or a gold answer that is not an option)",
+        f"run them with: appliance run --scenario simulatebench:{out} --limit 3",
+    ]
+
+
+ENTRY = register_family(
+    FamilyEntry[ConsistencyReport](
+        name="simulatebench",
+        description=DESCRIPTION,
+        load=load,
+        report=build_consistency_report,
+        render=print_consistency,
+        quick_limit=2,
+        importers=(
+            Importer(
+                kind="simulatebench",
+                help="Convert SimulateBench's profiles, questions and perturbation variants; "
+                "run with --scenario simulatebench:OUT.",
+                path_help="SimulateBench's db folder (profile/ and benchmark_only_QA/)",
+                run=import_profiles,
+                options=frozenset({"out"}),
+            ),
+        ),
+        order=10,
+    )
+)

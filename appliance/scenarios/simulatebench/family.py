@@ -22,7 +22,7 @@ from appliance.engine.types import Completion, Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import render
-from appliance.scenarios.base import RULES_PANEL, Instance
+from appliance.scenarios.base import RULE_SCORER, Instance, ScenarioFamily
 from appliance.scenarios.simulatebench.answers import option_letters, parse_choice
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy
 from appliance.scenarios.simulatebench.perturb import variants
@@ -51,12 +51,14 @@ class ProfileInstance(Instance):
         }
 
 
-class SimulateBenchFamily:
+DESCRIPTION = "character consistency on long profiles; robustness to profile perturbations (CA, RCoV)"
+
+
+class SimulateBenchFamily(ScenarioFamily):
+    """Scored by rule (the answer parser): no judge panel, nothing to calibrate."""
+
     name = "simulatebench"
-    description = "character consistency on long profiles; robustness to profile perturbations (CA, RCoV)"
-    support_roles: tuple[str, ...] = ()
-    judge_template = ""  # scored by rule, nothing to calibrate
-    calibrated_metric = ""
+    description = DESCRIPTION
 
     def __init__(self, folder: Path, profiles: list[Profile], prompts: Prompts, prompts_path: Path, seed: int = 0):
         self.folder = folder
@@ -144,7 +146,7 @@ class SimulateBenchFamily:
             results.append((question, correct, chosen is not None))
             ctx.judgments.append(
                 JudgmentRecord(
-                    panel=RULES_PANEL,
+                    panel=RULE_SCORER,
                     judge="answer-parser",
                     mode="choice",
                     template="simulatebench",
@@ -156,9 +158,6 @@ class SimulateBenchFamily:
                 )
             )
         ctx.scores.extend(profile_scores(results, player))
-
-    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        """Answers are scored by rule when they are given; there is nothing for a judge panel to do."""
 
     def _question_text(self, question: Question, options: list[str], source: str) -> str:
         letters = option_letters(len(options))
@@ -190,4 +189,4 @@ def profile_scores(results: list[tuple[Question, bool, bool]], player: str) -> l
     values["accuracy_not_enough_information"] = sum(unanswerable) / len(unanswerable) if unanswerable else None
     values["unparsed_answers"] = float(sum(1 for _, _, parsed in results if not parsed))
     values["questions"] = float(len(results))
-    return [ScoreRecord(panel=RULES_PANEL, player=player, metric=m, value=v) for m, v in values.items()]
+    return [ScoreRecord(panel=RULE_SCORER, player=player, metric=m, value=v) for m, v in values.items()]

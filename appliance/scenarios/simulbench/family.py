@@ -19,18 +19,18 @@ from appliance.judging.templates import (
     YesNoTemplate,
     load_judge_template,
 )
-from appliance.scenarios.base import ScenarioFamily
+from appliance.scenarios.base import ScenarioFamily, StagedFamily
 from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
 from appliance.scenarios.simulbench.stages import CollectStage, CompareStage, EvaluateStage, ExtractStage
 from appliance.scenarios.simulbench.tasks import (
     TASK_SET_FORMAT,
-    SimulTask,
+    SimulBenchTask,
     TaskSet,
     load_task_folder,
     read_jsonl,
     read_published_tasks,
 )
-from appliance.scenarios.simulbench.user_agent import SimulSettings
+from appliance.scenarios.simulbench.user_agent import SimulBenchSettings
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 
@@ -38,18 +38,20 @@ TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate
 TEMPLATES = ("challenging_turn", "simulbench_rating", "pairwise_preference")
 
 
-class SimulBenchFamily:
-    description = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
-    judge_template = "simulbench_rating"
+DESCRIPTION = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
+
+
+class SimulBenchFamily(StagedFamily):
+    description = DESCRIPTION
 
     def __init__(
         self,
         name: str,
-        settings: SimulSettings,
+        settings: SimulBenchSettings,
         templates: dict[str, JudgeTemplate],
         files: list[Path],
         *,
-        tasks: list[SimulTask] | None = None,
+        tasks: list[SimulBenchTask] | None = None,
         scripts: list[TestScript] | None = None,
     ) -> None:
         if (tasks is None) == (scripts is None):
@@ -86,7 +88,7 @@ def load_simulbench(spec: str, data_folder: Path, judges_folder: Path, *, store:
     prompts = (
         path / "prompts.toml" if path.is_dir() and (path / "prompts.toml").is_file() else data_folder / "prompts.toml"
     )
-    settings = SimulSettings.load(prompts)
+    settings = SimulBenchSettings.load(prompts)
     templates = {name: load_judge_template(judges_folder / f"{name}.toml") for name in TEMPLATES}
     files = [prompts, *(judges_folder / f"{name}.toml" for name in TEMPLATES)]
     if path.is_dir():

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from appliance.engine.types import Message
 from appliance.errors import ApplianceError
-from appliance.scenarios.simulbench.tasks import SimulTask, need_text, need_type, read_jsonl
+from appliance.scenarios.simulbench.tasks import SimulBenchTask, need_text, need_type, read_jsonl
 
 ScriptKind = Literal["LastOnly", "FirstChan", "SubseqChan"]
 SCRIPT_KINDS: tuple[ScriptKind, ...] = ("LastOnly", "FirstChan", "SubseqChan")
@@ -50,7 +50,7 @@ class TestScript(BaseModel):
     __test__ = False  # not a pytest class
 
     id: str
-    task: SimulTask
+    task: SimulBenchTask
     kind: ScriptKind
     #: the turn whose request the target answers (1 = the opening)
     turn: int
@@ -111,7 +111,7 @@ def history_until(turns: list[DialogueTurn], turn: int) -> list[ChatTurn]:
 
 
 def extract_scripts(
-    task: SimulTask, dialogue_id: str, turns: list[DialogueTurn], first_challenging: int | None
+    task: SimulBenchTask, dialogue_id: str, turns: list[DialogueTurn], first_challenging: int | None
 ) -> list[TestScript]:
     """LastOnly when no turn is challenging; otherwise FirstChan at that turn and SubseqChan after it."""
     if not turns:
@@ -147,7 +147,7 @@ def read_published_scripts(path: Path) -> ScriptSet:
             first_turn[key] = min(first_turn[key], turn_num)
     scripts = []
     for number, (row, history, turn_num) in enumerate(parsed, start=1):
-        task = SimulTask(
+        task = SimulBenchTask(
             id=need_text(row, "source_id", path, number),
             name=need_text(row, "act", path, number),
             type=need_type(row, path, number),

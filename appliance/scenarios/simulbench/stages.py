@@ -12,8 +12,8 @@ killed run resumes at any stage. Imported scripts skip the first two stages.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed, pair_label
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
-from appliance.scenarios.base import Instance
+from appliance.scenarios.base import Instance, JudgedFamily, SupportRole
 from appliance.scenarios.simulbench.scripts import (
     DialogueTurn,
     TestScript,
@@ -29,9 +29,9 @@ from appliance.scenarios.simulbench.scripts import (
     history_until,
     render_turns,
 )
-from appliance.scenarios.simulbench.tasks import SimulTask
+from appliance.scenarios.simulbench.tasks import SimulBenchTask
 from appliance.scenarios.simulbench.user_agent import (
-    SimulSettings,
+    SimulBenchSettings,
     StrategyError,
     StrategyReply,
     parse_strategy_reply,
@@ -39,15 +39,15 @@ from appliance.scenarios.simulbench.user_agent import (
     user_agent_messages,
 )
 from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_scores, rating_scores
-from appliance.store import Store
 from appliance.store.records import MessageRecord
+from appliance.store.run_view import RunView
 
 #: user agent attempts per turn before the dialogue ends early
 AGENT_ATTEMPTS = 2
 
 
 class CollectInstance(Instance):
-    task: SimulTask
+    task: SimulBenchTask
     dialogue: int
 
     def describe(self) -> dict[str, str]:
@@ -55,7 +55,7 @@ class CollectInstance(Instance):
 
 
 class ExtractInstance(Instance):
-    task: SimulTask
+    task: SimulBenchTask
     dialogue_id: str
     turns: list[DialogueTurn]
 
@@ -83,15 +83,12 @@ class CompareInstance(ScriptInstance):
         return {**super().describe(), "stage": "compare"}
 
 
-class _Stage:
+class _Stage(JudgedFamily):
     """What every stage shares: the family's name, data files and settings."""
 
     description = "a stage of SimulBench"
-    support_roles: tuple[str, ...] = ()
-    judge_template = ""
-    calibrated_metric = ""
 
-    def __init__(self, name: str, settings: SimulSettings, files: list[Path]) -> None:
+    def __init__(self, name: str, settings: SimulBenchSettings, files: list[Path]) -> None:
         self.name = name
         self.settings = settings
         self.files = files
@@ -107,25 +104,25 @@ class _Stage:
         """Later stages take everything the stage before them produced (`--limit` chose the tasks)."""
         return list(instances)
 
-    def _finished(self, store: Store, run_id: str, stage: str) -> list[tuple[str, dict[str, Any]]]:
+    @staticmethod
+    def _finished(run: RunView, stage: str) -> list[tuple[str, dict[str, Any]]]:
         """(instance id, metadata) of this run's finished episodes of `stage`."""
-        rows = store.query(
-            "SELECT instance_id, metadata FROM episodes WHERE run_id = ? AND scenario = ? "
-            "AND status = 'finished' AND instance_id LIKE ? ORDER BY instance_id",
-            [run_id, self.name, f"{stage}/%"],
-        )
-        return [(str(instance_id), json.loads(metadata)) for instance_id, metadata in rows]
+        return [(e.instance_id, e.metadata) for e in run.episodes(finished_only=True, instance_prefix=f"{stage}/")]
 
 
-def simulator_pairing(players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
+class _SimulatorStage(_Stage):
     """Collection and extraction are played by the one fixed simulator, whatever the players."""
-    return [(support["simulator"], support["simulator"])]
+
+    def pairings(
+        self, players: list[str], support: Mapping[SupportRole, str], instance: Instance, cross_play: bool
+    ) -> list[tuple[str, str]]:
+        return [(support["simulator"], support["simulator"])]
 
 
-class CollectStage(_Stage):
-    support_roles: tuple[str, ...] = ("user_agent", "simulator")
+class CollectStage(_SimulatorStage):
+    support_roles: tuple[SupportRole, ...] = ("user_agent", "simulator")
 
-    def __init__(self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask]) -> None:
+    def __init__(self, name: str, settings: SimulBenchSettings, files: list[Path], tasks: list[SimulBenchTask]) -> None:
         super().__init__(name, settings, files)
         self._instances = [
             CollectInstance(id=f"collect/{task.id}/d{k}", task=task, dialogue=k)
@@ -140,8 +137,6 @@ class CollectStage(_Stage):
         chosen = set(task_ids if limit is None else task_ids[:limit])
         return [i for i in instances if isinstance(i, CollectInstance) and i.task.id in chosen]
 
-    pairings = staticmethod(simulator_pairing)
-
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, CollectInstance)
         max_turns = min(self.settings.max_turns, ctx.max_turns or self.settings.max_turns)
@@ -155,7 +150,7 @@ class CollectStage(_Stage):
 
 
 async def collect_dialogue(
-    ctx: EpisodeContext, settings: SimulSettings, task: SimulTask, max_turns: int
+    ctx: EpisodeContext, settings: SimulBenchSettings, task: SimulBenchTask, max_turns: int
 ) -> tuple[list[DialogueTurn], int]:
     """The opening, then the user agent's requests, each answered by the simulator; returns the turns
     and how many user agent replies were rejected. Both conversations keep their KV between turns."""
@@ -180,7 +175,7 @@ async def collect_dialogue(
 
 
 async def next_request(
-    ctx: EpisodeContext, settings: SimulSettings, task: SimulTask, turns: list[DialogueTurn]
+    ctx: EpisodeContext, settings: SimulBenchSettings, task: SimulBenchTask, turns: list[DialogueTurn]
 ) -> tuple[StrategyReply | None, int]:
     """The user agent's strategy and request; each rejected reply is noted in the transcript."""
     sampling = Sampling(temperature=settings.user_agent_temperature, max_tokens=settings.user_agent_max_tokens)
@@ -195,21 +190,24 @@ async def next_request(
     return None, AGENT_ATTEMPTS
 
 
-class ExtractStage(_Stage):
+class ExtractStage(_SimulatorStage):
     """Not rescored by `appliance score`: the scripts it extracts define what the later stages evaluate."""
 
     def __init__(
-        self, name: str, settings: SimulSettings, files: list[Path], tasks: list[SimulTask], template: YesNoTemplate
+        self,
+        name: str,
+        settings: SimulBenchSettings,
+        files: list[Path],
+        tasks: list[SimulBenchTask],
+        template: YesNoTemplate,
     ) -> None:
         super().__init__(name, settings, files)
         self.tasks = {task.id: task for task in tasks}
         self.template = template
 
-    pairings = staticmethod(simulator_pairing)
-
-    def prepare(self, store: Store, run_id: str) -> None:
+    def prepare(self, run: RunView) -> None:
         self._instances = []
-        for instance_id, metadata in self._finished(store, run_id, "collect"):
+        for instance_id, metadata in self._finished(run, "collect"):
             task = self.tasks[str(metadata["task"])]
             turns = [DialogueTurn.model_validate(turn) for turn in metadata.get("turns", [])]
             dialogue_id = instance_id.removeprefix("collect/")
@@ -251,7 +249,7 @@ class EvaluateStage(_Stage):
     def __init__(
         self,
         name: str,
-        settings: SimulSettings,
+        settings: SimulBenchSettings,
         files: list[Path],
         template: RatingTemplate,
         scripts: list[TestScript] | None,
@@ -271,12 +269,12 @@ class EvaluateStage(_Stage):
         random.Random(seed).shuffle(chosen)
         return chosen[:limit]
 
-    def prepare(self, store: Store, run_id: str) -> None:
+    def prepare(self, run: RunView) -> None:
         if not self.from_run:
             return
         self.scripts = [
             TestScript.model_validate(script)
-            for _, metadata in self._finished(store, run_id, "extract")
+            for _, metadata in self._finished(run, "extract")
             for script in metadata.get("scripts", [])
         ]
         self._instances = [ScriptInstance(id=f"evaluate/{s.id}", script=s) for s in self.scripts]
@@ -315,26 +313,28 @@ class CompareStage(_Stage):
     judge_template = "pairwise_preference"
 
     def __init__(
-        self, name: str, settings: SimulSettings, files: list[Path], template: PairwiseTemplate, evaluate: EvaluateStage
+        self,
+        name: str,
+        settings: SimulBenchSettings,
+        files: list[Path],
+        template: PairwiseTemplate,
+        evaluate: EvaluateStage,
     ) -> None:
         super().__init__(name, settings, files)
         self.template = template
         self.evaluate = evaluate
         self.replies: dict[tuple[str, str], str] = {}
 
-    def pairings(self, players: list[str], support: dict[str, str]) -> list[tuple[str, str]]:
+    def pairings(
+        self, players: list[str], support: Mapping[SupportRole, str], instance: Instance, cross_play: bool
+    ) -> list[tuple[str, str]]:
         """Every unordered pair of distinct players once; both orders are judged inside the episode."""
         return [(a, b) for index, a in enumerate(players) for b in players[index + 1 :]]
 
-    def prepare(self, store: Store, run_id: str) -> None:
+    def prepare(self, run: RunView) -> None:
         """The scripts every target answered, and the answers, from this run's evaluate episodes."""
-        rows = store.query(
-            "SELECT e.instance_id, e.player, m.text FROM episodes e JOIN messages m ON m.episode_id = e.episode_id "
-            "WHERE e.run_id = ? AND e.scenario = ? AND e.status = 'finished' AND e.instance_id LIKE 'evaluate/%' "
-            "AND m.speaker = 'player'",
-            [run_id, self.name],
-        )
-        self.replies = {(str(instance_id), str(player)): str(text) for instance_id, player, text in rows}
+        answers = run.messages(speaker="player", finished_only=True, instance_prefix="evaluate/")
+        self.replies = {(m.instance_id, m.player): m.text for m in answers}
         answered = {instance_id for instance_id, _ in self.replies}
         self._instances = [
             CompareInstance(id=f"compare/{s.id}", script=s)

@@ -19,7 +19,7 @@ TaskType = Literal["stateless", "stateful"]
 TASK_SET_FORMAT = "appliance.simulbench.tasks/1"
 
 
-class SimulTask(BaseModel):
+class SimulBenchTask(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
@@ -47,12 +47,12 @@ class TaskSet(BaseModel):
     format: str = TASK_SET_FORMAT
     name: str
     source: str
-    tasks: list[SimulTask]
+    tasks: list[SimulBenchTask]
 
 
-def load_task_folder(folder: Path) -> list[SimulTask]:
+def load_task_folder(folder: Path) -> list[SimulBenchTask]:
     """Every `[[tasks]]` of the TOML files in `folder` whose top-level `type` names the task type."""
-    tasks: list[SimulTask] = []
+    tasks: list[SimulBenchTask] = []
     for path in sorted(folder.glob("*.toml")):
         raw = read_toml(path, "SimulBench tasks")
         if "tasks" not in raw:
@@ -60,7 +60,7 @@ def load_task_folder(folder: Path) -> list[SimulTask]:
         task_type = raw.get("type")
         for index, entry in enumerate(raw["tasks"]):
             try:
-                tasks.append(SimulTask.model_validate({"type": task_type, **entry}))
+                tasks.append(SimulBenchTask.model_validate({"type": task_type, **entry}))
             except ValidationError as error:
                 raise ApplianceError(describe_validation_error(f"{path} tasks[{index}]", error)) from None
     if not tasks:
@@ -96,7 +96,7 @@ def read_published_tasks(path: Path) -> TaskSet:
     tasks = []
     for number, row in enumerate(read_jsonl(path, "SimulBench tasks"), start=1):
         tasks.append(
-            SimulTask(
+            SimulBenchTask(
                 id=need_text(row, "id", path, number),
                 name=need_text(row, "act", path, number),
                 type=need_type(row, path, number),

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from appliance.engine.types import Message
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.scenarios.simulbench.scripts import DialogueTurn
-from appliance.scenarios.simulbench.tasks import SimulTask
+from appliance.scenarios.simulbench.tasks import SimulBenchTask
 from appliance.tomlfile import read_toml
 
 STRATEGIES = ("flaw", "related", "harder", "other")
@@ -29,7 +29,7 @@ class UserAgentPrompts(BaseModel):
     user: str
 
 
-class SimulSettings(BaseModel):
+class SimulBenchSettings(BaseModel):
     """scenarios/simulbench/prompts.toml: the opening template, user agent prompts and collection defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -48,7 +48,7 @@ class SimulSettings(BaseModel):
     user_agent: UserAgentPrompts
 
     @classmethod
-    def load(cls, path: Path) -> SimulSettings:
+    def load(cls, path: Path) -> SimulBenchSettings:
         raw = read_toml(path, "SimulBench prompts")
         try:
             settings = cls.model_validate(raw)
@@ -97,7 +97,7 @@ def strategy_grammar(max_chars: int) -> str:
     )
 
 
-def user_agent_messages(settings: SimulSettings, task: SimulTask, turns: list[DialogueTurn]) -> list[Message]:
+def user_agent_messages(settings: SimulBenchSettings, task: SimulBenchTask, turns: list[DialogueTurn]) -> list[Message]:
     """The agent sees the task and the dialogue so far; the system part stays fixed so its KV is reused."""
     strategies = "\n".join(f"- {name}: {text}" for name, text in settings.strategies.items())
     variables = {

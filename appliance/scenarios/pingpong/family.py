@@ -10,7 +10,6 @@ averages its judges.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 from statistics import mean
@@ -23,15 +22,16 @@ from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import REFUSAL, LikertTemplate, load_likert_template, render
 from appliance.judging.verdicts import ask_judge
-from appliance.scenarios.base import Instance
+from appliance.scenarios.base import Instance, JudgedFamily, SupportRole
 from appliance.store.records import JudgmentRecord, ScoreRecord
-from appliance.tomlfile import read_toml, to_toml
+from appliance.tomlfile import read_toml
 
 # The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95.
 PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=96)
 INTERROGATOR_SAMPLING = Sampling(temperature=0.8, top_p=0.95, max_tokens=48)
 JUDGE_TEMPLATE = "pingpong_likert.toml"
 CRITERIA = ("in_character", "entertaining", "fluent")
+DESCRIPTION = "role-play: interrogator vs character player, judged per turn by a panel"
 
 Entry = TypeVar("Entry", bound=BaseModel)
 
@@ -84,10 +84,10 @@ def _read_entries(path: Path, table: str, model: type[Entry]) -> list[Entry]:
     return entries
 
 
-class PingPongFamily:
+class PingPongFamily(JudgedFamily):
     name = "pingpong"
-    description = "role-play: interrogator vs character player, judged per turn by a panel"
-    support_roles: tuple[str, ...] = ("interrogator",)
+    description = DESCRIPTION
+    support_roles: tuple[SupportRole, ...] = ("interrogator",)
     judge_template = JUDGE_TEMPLATE.removesuffix(".toml")
     calibrated_metric = "final"
 
@@ -239,60 +239,3 @@ def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) 
     values["refusal"] = None if not refusal_means else float(any(v >= 0.5 for v in refusal_means))
     values["unparsed_verdicts"] = float(len(unparsed))
     return [ScoreRecord(panel=panel, player=player, metric=metric, value=value) for metric, value in values.items()]
-
-
-def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
-    """Convert PingPong's settings_v2.json into our cards.toml and situations.toml."""
-    try:
-        settings = json.loads(settings_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ApplianceError(f"{settings_path}: file not found") from None
-    except json.JSONDecodeError as error:
-        raise ApplianceError(f"{settings_path}: not valid JSON: {error}") from None
-    if not isinstance(settings, dict):
-        raise ApplianceError(f"{settings_path}: expected an object keyed by language")
-    cards: list[Card] = []
-    situations: list[Situation] = []
-    for language, block in settings.items():
-        if not isinstance(block, dict) or "characters" not in block or "situations" not in block:
-            raise ApplianceError(f"{settings_path}: field '{language}': needs 'characters' and 'situations'")
-        for index, character in enumerate(block["characters"]):
-            where = f"{settings_path}: field '{language}.characters[{index}]'"
-            try:
-                name = character["char_name"]
-                cards.append(
-                    Card(
-                        id=f"{language}-{_slug(name)}-{index}",
-                        language=language,
-                        name=name,
-                        summary=character.get("summary") or name,
-                        description=character["system_prompt"],
-                        greeting=character.get("greeting") or character.get("initial_message") or "",
-                    )
-                )
-            except (KeyError, TypeError, ValidationError) as error:
-                raise ApplianceError(f"{where}: missing or invalid {error}") from None
-        for index, situation in enumerate(block["situations"]):
-            where = f"{settings_path}: field '{language}.situations[{index}]'"
-            try:
-                situations.append(
-                    Situation(
-                        id=f"{language}-situation-{index}",
-                        language=language,
-                        text=situation["text"],
-                        turns=int(situation.get("num_turns", 3)),
-                        tags=tuple(situation.get("tags", ())),
-                    )
-                )
-            except (KeyError, TypeError, ValueError, ValidationError) as error:
-                raise ApplianceError(f"{where}: missing or invalid {error}") from None
-    out_folder.mkdir(parents=True, exist_ok=True)
-    (out_folder / "cards.toml").write_text(to_toml({"card": [c.model_dump() for c in cards]}), encoding="utf-8")
-    (out_folder / "situations.toml").write_text(
-        to_toml({"situation": [s.model_dump() for s in situations]}), encoding="utf-8"
-    )
-    return len(cards), len(situations)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "character"

@@ -9,7 +9,6 @@ model's context are counted, not scored.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from statistics import fmean
 
@@ -17,10 +16,11 @@ import numpy as np
 from pydantic import BaseModel
 
 from appliance.errors import ApplianceError
-from appliance.report.bootstrap import bootstrap_interval
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.profile import PARTS
+from appliance.stats import bootstrap_interval
 from appliance.store import Store
+from appliance.store.run_view import RunView, StoredEpisode
 
 OVERFLOW_MARK = "does not fit the context"
 
@@ -54,46 +54,38 @@ class ConsistencyReport(BaseModel):
     rows: list[ConsistencyRow]
 
 
-def build_consistency_report(store: Store, run_id: str, scenario: str) -> ConsistencyReport:
-    run = store.run(run_id)
-    episodes = store.query(
-        "SELECT episode_id, player, status, coalesce(error, ''), metadata FROM episodes "
-        "WHERE run_id = ? AND scenario = ?",
-        [run_id, scenario],
-    )
+def build_consistency_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ConsistencyReport:
+    """Rule-scored: `panel` is accepted for a uniform report signature and has no effect."""
+    run = RunView(store, run_id, scenario)
+    episodes = run.episodes()
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no {scenario} episodes")
-    verdicts = store.query(
-        "SELECT j.episode_id, j.criterion, j.score, j.parsed FROM judgments j JOIN episodes e USING (episode_id) "
-        "WHERE e.run_id = ? AND e.scenario = ? AND j.mode = 'choice'",
-        [run_id, scenario],
-    )
     by_episode: dict[str, list[tuple[str, bool, bool, bool]]] = defaultdict(list)
-    for episode_id, criterion, score, parsed in verdicts:
-        part, _, kind = str(criterion).partition("/")
-        by_episode[str(episode_id)].append((part, kind == "answerable", bool(score), bool(parsed)))
-    players = sorted({str(row[1]) for row in episodes})
+    for verdict in run.verdicts(mode="choice"):
+        part, _, kind = verdict.criterion.partition("/")
+        by_episode[verdict.episode_id].append((part, kind == "answerable", bool(verdict.score), verdict.parsed))
+    players = sorted({episode.player for episode in episodes})
     rows = [_row(player, episodes, by_episode, seed) for seed, player in enumerate(players)]
-    return ConsistencyReport(run_id=run_id, scenario=scenario, status=str(run["status"]), rows=rows)
+    return ConsistencyReport(run_id=run_id, scenario=scenario, status=run.status, rows=rows)
 
 
 def _row(
     player: str,
-    episodes: list[tuple[object, ...]],
+    episodes: list[StoredEpisode],
     by_episode: dict[str, list[tuple[str, bool, bool, bool]]],
     seed: int,
 ) -> ConsistencyRow:
-    own = [e for e in episodes if e[1] == player]
-    not_fitting = sum(1 for e in own if e[2] != "finished" and OVERFLOW_MARK in str(e[3]))
-    failed = sum(1 for e in own if e[2] != "finished") - not_fitting
+    own = [e for e in episodes if e.player == player]
+    not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
+    failed = sum(1 for e in own if not e.finished) - not_fitting
     variants: list[VariantResult] = []
     base_questions: list[tuple[str, bool, bool]] = []
     unparsed = 0
-    for episode_id, _, status, _, metadata in own:
-        if status != "finished":
+    for episode in own:
+        if not episode.finished:
             continue
-        info = json.loads(str(metadata))
-        results = by_episode.get(str(episode_id), [])
+        episode_id, info = episode.episode_id, episode.metadata
+        results = by_episode.get(episode_id, [])
         unparsed += sum(1 for *_, parsed in results if not parsed)
         variant = str(info.get("variant", "base"))
         variants.append(

@@ -1,4 +1,7 @@
-"""Percentile bootstrap intervals, seeded so that reports are reproducible."""
+"""Statistics shared by reports, families and calibration: seeded bootstrap intervals, Cohen's kappa.
+
+It sits below all of them so that no family imports a report or calibration module for arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -27,3 +30,18 @@ def bootstrap_interval(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(estimates, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def cohen_kappa(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float | None:
+    """Agreement beyond chance of two categorical ratings; None where chance agreement is total."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError("metric inputs differ in length")
+    if a.size == 0:
+        return None
+    categories = np.union1d(a, b)
+    observed = float(np.mean(a == b))
+    expected = float(sum(np.mean(a == c) * np.mean(b == c) for c in categories))
+    if expected == 1.0:
+        return None
+    return (observed - expected) / (1.0 - expected)

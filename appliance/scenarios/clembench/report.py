@@ -9,7 +9,6 @@ are counted apart. Intervals resample episodes within each game.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import fmean, stdev
@@ -17,8 +16,9 @@ from statistics import fmean, stdev
 import numpy as np
 from pydantic import BaseModel
 
-from appliance.report.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval
+from appliance.stats import DEFAULT_RESAMPLES, bootstrap_interval
 from appliance.store import Store
+from appliance.store.run_view import RunView
 
 
 @dataclass(frozen=True)
@@ -117,32 +117,30 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
 
 def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, list[EpisodeResult]], dict[str, int]]:
     """Finished episodes' results per player, and the count of episodes that failed to run."""
-    rows = store.query(
-        """
-        SELECT e.player, e.status, e.metadata,
-               max(CASE WHEN s.metric = 'Aborted' THEN s.value END),
-               max(CASE WHEN s.metric = 'Main Score' THEN s.value END),
-               max(CASE WHEN s.metric = 'Lose' THEN s.value END)
-        FROM episodes e LEFT JOIN scores s ON s.episode_id = e.episode_id
-        WHERE e.run_id = ? AND e.scenario = ?
-        GROUP BY e.episode_id, e.player, e.status, e.metadata
-        """,
-        [run_id, scenario],
-    )
+    run = RunView(store, run_id, scenario)
+    figures: dict[str, dict[str, float]] = defaultdict(dict)
+    for score in run.scores(metrics=["Aborted", "Main Score", "Lose"], finished_only=False):
+        if score.value is not None:
+            known = figures[score.episode_id].get(score.metric)
+            figures[score.episode_id][score.metric] = score.value if known is None else max(known, score.value)
     results: dict[str, list[EpisodeResult]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
-    for player, status, metadata, aborted, main_score, lost in rows:
-        if status != "finished" or aborted is None:
-            failed[player] += 1
+    for episode in run.episodes():
+        own = figures.get(episode.episode_id, {})
+        aborted = own.get("Aborted")
+        if not episode.finished or aborted is None:
+            failed[episode.player] += 1
             continue
-        game = json.loads(metadata).get("game", "unknown")
-        score = None if main_score is None or np.isnan(main_score) else float(main_score)
-        results[player].append(EpisodeResult(game, bool(aborted), score, bool(lost)))
+        main_score = own.get("Main Score")
+        main = None if main_score is None or np.isnan(main_score) else float(main_score)
+        game = str(episode.metadata.get("game", "unknown"))
+        results[episode.player].append(EpisodeResult(game, bool(aborted), main, bool(own.get("Lose"))))
     return results, failed
 
 
-def build_clem_report(store: Store, run_id: str, scenario: str) -> ClemReport:
-    run = store.run(run_id)
+def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ClemReport:
+    """Rule-scored: `panel` is accepted for a uniform report signature and has no effect."""
+    status = str(store.run(run_id)["status"])
     results, failed = load_results(store, run_id, scenario)
     rows = []
     for player in sorted(set(results) | set(failed)):
@@ -166,7 +164,7 @@ def build_clem_report(store: Store, run_id: str, scenario: str) -> ClemReport:
             )
         )
     rows.sort(key=lambda row: -(row.clemscore or 0.0))
-    return ClemReport(run_id=run_id, scenario=scenario, status=str(run["status"]), rows=rows)
+    return ClemReport(run_id=run_id, scenario=scenario, status=status, rows=rows)
 
 
 def _game_figures(game: str, figures: Aggregate, episodes: list[EpisodeResult]) -> GameFigures:

@@ -8,16 +8,16 @@ model's point of view, and delta = win - lose.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from statistics import mean
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from appliance.report.bootstrap import bootstrap_interval
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
+from appliance.stats import bootstrap_interval
 from appliance.store import Store
+from appliance.store.run_view import RunView, StoredEpisode
 
 
 class Cell(BaseModel):
@@ -58,7 +58,7 @@ class Collection(BaseModel):
     scripts: dict[str, int]
 
 
-class SimulReport(BaseModel):
+class SimulBenchReport(BaseModel):
     kind: Literal["simulbench"] = "simulbench"
     run_id: str
     scenario: str
@@ -73,38 +73,34 @@ def _cell(values: list[float]) -> Cell:
     return Cell(mean=mean(values) if values else None, ci=bootstrap_interval(values), n=len(values))
 
 
-def _episodes(store: Store, run_id: str, scenario: str, stage: str, metric: str, panel: str) -> list[Any]:
-    return store.query(
-        """
-        SELECT e.player, e.status, e.metadata, s.value
-        FROM episodes e
-        LEFT JOIN scores s ON s.episode_id = e.episode_id AND s.metric = ? AND s.panel = ?
-        WHERE e.run_id = ? AND e.scenario = ? AND e.instance_id LIKE ?
-        ORDER BY e.instance_id
-        """,
-        [metric, panel, run_id, scenario, f"{stage}/%"],
-    )
+#: an episode of a stage with its score of one metric (None where it has none)
+RatedEpisode = tuple[StoredEpisode, float | None]
 
 
-def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulReport:
-    run = store.run(run_id)
-    panel_name = panel or str(run["config"]["panel"]["name"])
+def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpisode]:
+    values = {s.episode_id: s.value for s in run.scores(panels=[panel], metrics=[metric], finished_only=False)}
+    return [(e, values.get(e.episode_id)) for e in run.episodes(instance_prefix=f"{stage}/")]
+
+
+def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
+    run = RunView(store, run_id, scenario)
+    panel_name = panel or run.panel
     rated: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
     unrated: Counter[str] = Counter()
-    for player, status, metadata, value in _episodes(store, run_id, scenario, "evaluate", "rating", panel_name):
-        if status != "finished" or value is None:
-            unrated[player] += 1
+    for episode, value in _rated(run, "evaluate", "rating", panel_name):
+        if not episode.finished or value is None:
+            unrated[episode.player] += 1
             continue
-        rated[player].append((json.loads(metadata), float(value)))
+        rated[episode.player].append((episode.metadata, value))
     rows = [_target_row(player, rated[player], unrated[player]) for player in sorted({*rated, *unrated})]
-    return SimulReport(
+    return SimulBenchReport(
         run_id=run_id,
         scenario=scenario,
-        status=str(run["status"]),
+        status=run.status,
         panel=panel_name,
         rows=rows,
-        pairs=_pair_rows(_episodes(store, run_id, scenario, "compare", "pair_outcome", panel_name)),
-        collection=_collection(store, run_id, scenario),
+        pairs=_pair_rows(_rated(run, "compare", "pair_outcome", panel_name)),
+        collection=_collection(run),
     )
 
 
@@ -127,21 +123,20 @@ def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrate
     )
 
 
-def _pair_rows(rows: list[Any]) -> list[PairRow]:
-    outcomes: dict[tuple[str, str], list[float]] = defaultdict(list)
-    undecided: Counter[tuple[str, str]] = Counter()
-    for label, status, metadata, value in rows:
-        first, _, second = str(label).partition("--")
-        subsets = ["all", "hard"] if json.loads(metadata).get("kind") in HARD_KINDS else ["all"]
+def _pair_rows(rows: list[RatedEpisode]) -> list[PairRow]:
+    outcomes: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    undecided: Counter[tuple[str, str, str]] = Counter()
+    for episode, value in rows:
+        first, second = episode.player_model or episode.player, episode.partner_model or episode.player
+        subsets = ["all", "hard"] if episode.metadata.get("kind") in HARD_KINDS else ["all"]
         for subset in subsets:
-            if status != "finished" or value is None:
-                undecided[(f"{first}--{second}", subset)] += 1
+            if not episode.finished or value is None:
+                undecided[(first, second, subset)] += 1
             else:
-                outcomes[(f"{first}--{second}", subset)].append(float(value))
+                outcomes[(first, second, subset)].append(value)
     pairs = []
     for key in sorted({*outcomes, *undecided}):
-        label, subset = key
-        first, _, second = label.partition("--")
+        first, second, subset = key
         values = outcomes[key]
         win, tie, lose = (_percent(values, outcome) for outcome in (1.0, 0.0, -1.0))
         pairs.append(
@@ -164,21 +159,12 @@ def _percent(values: list[float], outcome: float) -> float:
     return 100.0 * sum(value == outcome for value in values) / len(values) if values else 0.0
 
 
-def _collection(store: Store, run_id: str, scenario: str) -> Collection | None:
-    collected = store.query(
-        "SELECT metadata FROM episodes WHERE run_id = ? AND scenario = ? AND status = 'finished' "
-        "AND instance_id LIKE 'collect/%'",
-        [run_id, scenario],
-    )
-    if not collected:
+def _collection(run: RunView) -> Collection | None:
+    dialogues = [e.metadata for e in run.episodes(finished_only=True, instance_prefix="collect/")]
+    if not dialogues:
         return None
-    dialogues = [json.loads(metadata) for (metadata,) in collected]
-    extracted = store.query(
-        "SELECT metadata FROM episodes WHERE run_id = ? AND scenario = ? AND status = 'finished' "
-        "AND instance_id LIKE 'extract/%'",
-        [run_id, scenario],
-    )
-    kinds = Counter(script["kind"] for (metadata,) in extracted for script in json.loads(metadata).get("scripts", []))
+    extracted = run.episodes(finished_only=True, instance_prefix="extract/")
+    kinds = Counter(script["kind"] for e in extracted for script in e.metadata.get("scripts", []))
     return Collection(
         dialogues=len(dialogues),
         mean_turns=mean(len(d.get("turns", [])) for d in dialogues),

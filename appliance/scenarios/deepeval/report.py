@@ -20,6 +20,7 @@ from appliance.scenarios.deepeval.payoffs import (
     within_tolerance,
 )
 from appliance.store import Store
+from appliance.store.run_view import RunView
 
 
 class PayoffCell(BaseModel):
@@ -63,11 +64,11 @@ class DeepEvalReport(BaseModel):
 
 
 def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> DeepEvalReport:
-    run = store.run(run_id)
-    panel_name = panel or str(run["config"]["panel"]["name"])
-    data = load_deepeval(scenario, scenarios_dir() / "deepeval", judges_dir(), seed=int(run["seed"])).data
+    run = RunView(store, run_id, scenario)
+    panel_name = panel or run.panel
+    data = load_deepeval(scenario, scenarios_dir() / "deepeval", judges_dir(), seed=int(run.config["seed"])).data
     rule = data.settings.repetitions
-    samples = metric_samples(store, run_id, scenario, panel_name)
+    samples = metric_samples(run, panel_name)
     payoffs = payoff_samples(samples, data.specs)
     rows: list[PayoffRow] = []
     for spec in data.specs:
@@ -83,11 +84,11 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
     return DeepEvalReport(
         run_id=run_id,
         scenario=scenario,
-        status=str(run["status"]),
+        status=run.status,
         panel=panel_name,
         symmetric=[row for row in rows if row.task in symmetric_tasks],
         asymmetric=[row for row in rows if row.task not in symmetric_tasks],
-        repetitions=_repetitions(store, run_id, scenario, rows, data),
+        repetitions=_repetitions(run, rows, data),
         tolerance=rule.tolerance,
         confidence=rule.confidence,
     )
@@ -97,21 +98,16 @@ def _mean(values: list[float]) -> float | None:
     return mean(values) if values else None
 
 
-def _repetitions(
-    store: Store, run_id: str, scenario: str, rows: list[PayoffRow], data: DeepEvalData
-) -> list[TaskRepetitions]:
+def _repetitions(run: RunView, rows: list[PayoffRow], data: DeepEvalData) -> list[TaskRepetitions]:
     """Per task: repetitions and episodes played, and stable when every payoff row of it is."""
-    episode_rows = store.query(
-        "SELECT instance_id, status FROM episodes WHERE run_id = ? AND scenario = ?", [run_id, scenario]
-    )
     repetitions: dict[str, set[str]] = defaultdict(set)
     episodes: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
-    for instance_id, status in episode_rows:
-        task = task_of(str(instance_id))
-        repetitions[task].add(str(instance_id))
+    for episode in run.episodes():
+        task = task_of(episode.instance_id)
+        repetitions[task].add(episode.instance_id)
         episodes[task] += 1
-        failed[task] += status != "finished"
+        failed[task] += not episode.finished
     return [
         TaskRepetitions(
             task=task,

@@ -1,0 +1,102 @@
+"""The clembench games: each game module registers one `Game` record, nothing here lists them.
+
+A record says how the game master plays an instance, how fresh instances are
+generated from a seed, how clembench's published instances convert, and which
+of its variants are two-player. A new game is one module in this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ApplianceError
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome
+
+
+@dataclass(frozen=True)
+class PublishedItem:
+    """One game instance of a published clembench instances.json."""
+
+    #: the game folder it came from (e.g. "wordle_withclue")
+    game_folder: str
+    experiment: dict[str, Any]
+    item: dict[str, Any]
+    #: our data folder (scenarios/clembench/), for what the published files do not carry
+    data_folder: Path
+
+
+@dataclass(frozen=True)
+class Game:
+    name: str
+    #: plays one instance to its end (a parse-rule break raises `Abort`)
+    play: Callable[[GameTable, ClemInstance], Awaitable[Outcome]]
+    #: (data folder, seeded stream, instances per experiment) -> fresh instances
+    generate: Callable[[Path, random.Random, int], list[ClemInstance]]
+    #: a published instance -> (variant, our parameters)
+    convert: Callable[[PublishedItem], tuple[str, dict[str, Any]]]
+    #: the `game` values of the instances it plays (default: its name)
+    variants: tuple[str, ...] = ()
+    #: variants where a second model plays the partner role (cross-play pairs them)
+    two_player: frozenset[str] = frozenset()
+    #: position in instance sets and reports
+    order: int = 100
+
+    def plays(self) -> tuple[str, ...]:
+        return self.variants or (self.name,)
+
+
+_GAMES: dict[str, Game] = {}
+_discovered = False
+
+
+def register_game(game: Game) -> Game:
+    for variant in game.plays():
+        known = _GAMES.get(variant)
+        if known is not None and known is not game:
+            raise ApplianceError(f"clembench game '{variant}' is registered twice")
+        _GAMES[variant] = game
+    return game
+
+
+def _discover() -> None:
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        package = importlib.import_module("appliance.scenarios.clembench")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"appliance.scenarios.clembench.{module.name}")
+
+
+def all_games() -> list[Game]:
+    """Every game once, in play order."""
+    _discover()
+    return sorted({id(g): g for g in _GAMES.values()}.values(), key=lambda g: (g.order, g.name))
+
+
+def variant_names() -> list[str]:
+    """Every playable `game` value, in play order."""
+    return [variant for game in all_games() for variant in game.plays()]
+
+
+def game_of(variant: str) -> Game:
+    _discover()
+    game = _GAMES.get(variant)
+    if game is None:
+        raise ApplianceError(f"unknown game '{variant}' (known: {', '.join(variant_names())})")
+    return game
+
+
+def game_of_folder(folder: str) -> Game:
+    """The game that converts a published `<folder>/instances.json`."""
+    _discover()
+    game = _GAMES.get(folder)
+    if game is None:
+        raise ApplianceError(f"{folder}: not a game the appliance plays (known: {', '.join(variant_names())})")
+    return game

@@ -1,0 +1,51 @@
+"""The clembench clemscore tables on a terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from appliance.scenarios.clembench.report import ClemReport
+from appliance.terminal import interval as _interval
+from appliance.terminal import number as _number
+
+
+def print_clem_report(console: Console, report: ClemReport) -> None:
+    overall = Table(title=f"{report.scenario}: clemscore, run {report.run_id} ({report.status})", title_justify="left")
+    for column in ("player", "clemscore", "95% CI", "% played", "95% CI", "quality", "95% CI", "episodes", "failed"):
+        overall.add_column(column, justify="left" if column == "player" else "right")
+    for row in report.rows:
+        overall.add_row(
+            row.player,
+            _number(row.clemscore),
+            _interval(row.clemscore_ci),
+            _number(row.played),
+            _interval(row.played_ci),
+            _number(row.quality),
+            _interval(row.quality_ci),
+            str(row.episodes),
+            str(row.failed),
+        )
+    console.print(overall)
+    games = Table(title="per game", title_justify="left")
+    for column in ("player", "game", "% played", "quality", "95% CI", "std", "won", "lost", "aborted"):
+        games.add_column(column, justify="left" if column in ("player", "game") else "right")
+    for row in report.rows:
+        for game in row.games:
+            games.add_row(
+                row.player,
+                game.game,
+                _number(game.played),
+                _number(game.quality),
+                _interval(game.quality_ci),
+                _number(game.quality_std),
+                str(game.won),
+                str(game.lost),
+                str(game.aborted),
+            )
+    console.print(games)
+    console.print(
+        "% played = episodes not aborted (a parse rule broken); quality = mean main score (0-100) of played "
+        "episodes; both averaged over games; clemscore = % played x quality / 100. Lost games are played "
+        "games. Intervals: bootstrap over episodes within each game."
+    )

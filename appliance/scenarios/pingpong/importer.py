@@ -1,0 +1,70 @@
+"""`appliance import pingpong-settings`: PingPong's settings_v2.json as our cards and situations."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from appliance.errors import ApplianceError
+from appliance.scenarios.pingpong.family import Card, Situation
+from appliance.tomlfile import to_toml
+
+
+def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
+    """Convert PingPong's settings_v2.json into our cards.toml and situations.toml."""
+    try:
+        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ApplianceError(f"{settings_path}: file not found") from None
+    except json.JSONDecodeError as error:
+        raise ApplianceError(f"{settings_path}: not valid JSON: {error}") from None
+    if not isinstance(settings, dict):
+        raise ApplianceError(f"{settings_path}: expected an object keyed by language")
+    cards: list[Card] = []
+    situations: list[Situation] = []
+    for language, block in settings.items():
+        if not isinstance(block, dict) or "characters" not in block or "situations" not in block:
+            raise ApplianceError(f"{settings_path}: field '{language}': needs 'characters' and 'situations'")
+        for index, character in enumerate(block["characters"]):
+            where = f"{settings_path}: field '{language}.characters[{index}]'"
+            try:
+                name = character["char_name"]
+                cards.append(
+                    Card(
+                        id=f"{language}-{_slug(name)}-{index}",
+                        language=language,
+                        name=name,
+                        summary=character.get("summary") or name,
+                        description=character["system_prompt"],
+                        greeting=character.get("greeting") or character.get("initial_message") or "",
+                    )
+                )
+            except (KeyError, TypeError, ValidationError) as error:
+                raise ApplianceError(f"{where}: missing or invalid {error}") from None
+        for index, situation in enumerate(block["situations"]):
+            where = f"{settings_path}: field '{language}.situations[{index}]'"
+            try:
+                situations.append(
+                    Situation(
+                        id=f"{language}-situation-{index}",
+                        language=language,
+                        text=situation["text"],
+                        turns=int(situation.get("num_turns", 3)),
+                        tags=tuple(situation.get("tags", ())),
+                    )
+                )
+            except (KeyError, TypeError, ValueError, ValidationError) as error:
+                raise ApplianceError(f"{where}: missing or invalid {error}") from None
+    out_folder.mkdir(parents=True, exist_ok=True)
+    (out_folder / "cards.toml").write_text(to_toml({"card": [c.model_dump() for c in cards]}), encoding="utf-8")
+    (out_folder / "situations.toml").write_text(
+        to_toml({"situation": [s.model_dump() for s in situations]}), encoding="utf-8"
+    )
+    return len(cards), len(situations)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "character"
