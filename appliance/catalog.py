@@ -14,13 +14,12 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
 
-BackendName = Literal["llama_cpp", "transformers", "vllm"]
 ChatFormat = Literal["gguf", "plain"]
 
 DEFAULT_MODELS_FILE = "models.toml"
@@ -38,7 +37,8 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    backend: BackendName = "llama_cpp"
+    #: a backend registered by a module `appliance/engine/<name>_backend.py`
+    backend: str = "llama_cpp"
     path: str | None = Field(default=None, description="GGUF file or HF folder")
     package: str | None = Field(default=None, description="importable package carrying the file")
     file: str | None = Field(default=None, description="file inside the package")
@@ -53,6 +53,15 @@ class ModelSpec(BaseModel):
     kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, name: str) -> str:
+        from appliance.engine.registry import backend_names  # backends import this module
+
+        if name not in backend_names():
+            raise ValueError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
+        return name
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:

@@ -46,8 +46,10 @@ class RunConfig(BaseModel):
     panel: Panel
     seed: int = 0
     limit: int | None = Field(default=None, ge=1)
-    #: per-family instance limits (the default suite's quick limits); a family not named here uses `limit`
+    #: per-family instance limits (the quick suite's); a family not named here uses `limit`
     limits: dict[str, int] = Field(default_factory=dict)
+    #: per-family turn caps (the quick suite's); a family not named here uses `turns`
+    turn_caps: dict[str, int] = Field(default_factory=dict)
     parallel: int = Field(default=8, ge=1)
     models_file: str
     greedy: bool = False
@@ -95,6 +97,10 @@ def new_run_id() -> str:
 
 def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
     return config.limits.get(family.name.partition(":")[0], config.limit)
+
+
+def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
+    return config.turn_caps.get(family.name.partition(":")[0], config.turns)
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:
@@ -329,7 +335,7 @@ class Runner:
             scheduler=scheduler,
             roles=episode_roles(self.catalog, planned.player, planned.partner, support, config.panel.judges),
             force_greedy=config.greedy,
-            max_turns=config.turns,
+            max_turns=turns_for(config, planned.family),
         )
         started_at = datetime.now(UTC).replace(tzinfo=None)
         clock = time.perf_counter()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import Panel
 from appliance.labels import read_labels
+from appliance.roles import BackendFactory
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import write_label_set
 
@@ -46,9 +50,11 @@ def always_a(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
     return ScriptedBackend(spec.name, lambda request: '{"better": "A"}')
 
 
-def rating_rows(heldout_override: dict[str, float] | None = None, shift_item: str | None = None) -> list[object]:
+def rating_rows(
+    heldout_override: dict[str, float] | None = None, shift_item: str | None = None
+) -> list[dict[str, Any]]:
     rng = random.Random(5)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in range(40):
         quality = rng.randint(0, 9)
         human = quality * 4 / 9
@@ -71,21 +77,21 @@ def rating_rows(heldout_override: dict[str, float] | None = None, shift_item: st
     return rows
 
 
-def import_rows(store: Store, tmp_path: Path, rows: list[object], kind: str = "turn") -> None:
+def import_rows(store: Store, tmp_path: Path, rows: Sequence[object], kind: str = "turn") -> None:
     path = tmp_path / "labels.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in rows))
     (label_set,) = read_labels(path, "jsonl", name="synthetic", kind=kind)
     write_label_set(store, label_set, str(hash(path.read_text())))
 
 
-def calibrate(store: Store, factory: object = scripted_judges) -> dict[str, object]:
+def calibrate(store: Store, factory: BackendFactory = scripted_judges) -> dict[str, Any]:
     request = CalibrationRequest(PANEL, "synthetic", criterion="overall", seed=3, resamples=200)
     outcome = run_calibration(
         store,
         load_catalog(REPO / "models.toml"),
         request,
         REPO / "judges",
-        backend_factory=factory,  # type: ignore[arg-type]
+        backend_factory=factory,
     )
     return {"record": outcome.record, "report": outcome.report}
 
@@ -103,16 +109,16 @@ def test_held_out_labels_cannot_move_the_fitted_calibration(tmp_path: Path) -> N
         import_rows(store, tmp_path, rating_rows())
         first = calibrate(store)["record"]
         # Rewrite every held-out human label: the maps and weights must not move, the held-out report must.
-        held = {item: 0.0 for item in first.heldout_items}  # type: ignore[attr-defined]
+        held = {item: 0.0 for item in first.heldout_items}
         import_rows(store, tmp_path, rating_rows(heldout_override=held))
         second = calibrate(store)["record"]
-        assert (second.fit_items, second.heldout_items) == (first.fit_items, first.heldout_items)  # type: ignore[attr-defined]
-        assert second.model == first.model  # type: ignore[attr-defined]
-        assert second.metrics["panel_calibrated"] != first.metrics["panel_calibrated"]  # type: ignore[attr-defined]
+        assert (second.fit_items, second.heldout_items) == (first.fit_items, first.heldout_items)
+        assert second.model == first.model
+        assert second.metrics["panel_calibrated"] != first.metrics["panel_calibrated"]
         # Changing one fitting item's label does move the fit: the test above could have failed.
-        import_rows(store, tmp_path, rating_rows(shift_item=first.fit_items[0]))  # type: ignore[attr-defined]
+        import_rows(store, tmp_path, rating_rows(shift_item=first.fit_items[0]))
         third = calibrate(store)["record"]
-        assert third.model != first.model  # type: ignore[attr-defined]
+        assert third.model != first.model
 
 
 def test_report_shows_the_good_judge_the_useless_judge_and_the_baselines(tmp_path: Path) -> None:
@@ -165,7 +171,7 @@ def test_a_stored_rating_calibration_maps_episode_verdicts() -> None:
 
     record = CalibrationRecord(
         calibration_id="cal-x",
-        created_at="2026-01-01T00:00:00",  # type: ignore[arg-type]
+        created_at=datetime(2026, 1, 1),
         panel="duo",
         judges=["j1", "j2"],
         label_set="s",

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli import REPO, cli
 
 from appliance.scenarios.clembench.games import variant_names
+from tests.fakes import one
+from tests.test_cli import REPO, cli
 
 GAMES = tuple(variant_names())
 
@@ -52,7 +53,7 @@ def test_every_game_plays_on_smollm2_from_a_stored_instance_set(tmp_path: Path) 
                FROM episodes e JOIN messages m USING (episode_id) GROUP BY e.instance_id"""
         ).fetchall()
         loaded = [name for (name,) in con.execute("SELECT name FROM models").fetchall()]
-        sets = con.execute("SELECT count(*) FROM instance_sets").fetchone()[0]  # type: ignore[index]
+        sets = one(con, "SELECT count(*) FROM instance_sets")[0]
     assert len(per_episode) == len(GAMES)
     assert all(replies >= 1 and prompts >= replies for _, replies, prompts in per_episode)
     assert loaded == ["smollm2-135m"], "a rule-scored family loads no judge"

@@ -33,6 +33,7 @@ from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
 from appliance.scheduler import Scheduler
 from appliance.store import Store
+from tests.fakes import conversation_of, scripted_factory
 
 REPO = Path(__file__).resolve().parent.parent
 GAMES = tuple(variant_names())
@@ -47,7 +48,7 @@ def instance_of(game: str, seed: int = 0) -> ClemInstance:
 
 def play(instance: ClemInstance, respond: Responder) -> tuple[Outcome, GameTable]:
     def backend_reply(request: GenerationRequest) -> str:
-        seat = request.conversation_key.split("/")[1]
+        seat = conversation_of(request).split("/")[1]
         return respond(seat, [m.content for m in request.messages if m.role == "user"])
 
     scheduler = Scheduler({"m": ScriptedBackend("m", backend_reply)})
@@ -75,7 +76,7 @@ def perfect(instance: ClemInstance) -> Responder:
             return "CLUE: a thing you know well" if seat == "describer" else f"GUESS: {p['target']}"
         if instance.game == "imagegame":
             if seat == "instruction follower":
-                return p["target_grid"]
+                return str(p["target_grid"])
             return "Instruction: draw the whole figure" if len(said) == 1 else "Instruction: DONE"
         if instance.game == "referencegame":
             answer_tag = re.search(r"\^(.+?)\\s", p["guesser_pattern"]).group(1).replace("\\", "")  # type: ignore[union-attr]
@@ -256,12 +257,9 @@ def test_generation_is_seeded_and_covers_every_game() -> None:
 def test_limit_counts_per_game_and_spreads_over_experiments() -> None:
     family = load_family("clembench", seed=1)
     assert isinstance(family, ClembenchFamily)
-    chosen = family.select_instances(family.instances(), 2, 0)
-    assert sorted(i.game for i in chosen) == sorted(GAMES * 2)  # type: ignore[attr-defined]
-    assert all(
-        len({i.experiment for i in chosen if i.game == game}) == 2
-        for game in GAMES  # type: ignore[attr-defined]
-    )
+    chosen = [i for i in family.select_instances(family.instances(), 2, 0) if isinstance(i, ClemInstance)]
+    assert sorted(i.game for i in chosen) == sorted(GAMES * 2)
+    assert all(len({i.experiment for i in chosen if i.game == game}) == 2 for game in GAMES)
 
 
 def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path: Path) -> None:
@@ -277,18 +275,16 @@ def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path:
         models_file=str(catalog.source),
         cross_play=True,
     )
-    instances = {i.id: i for i in family.instances()}
+    instances = {i.id: i for i in family.stages()[0].instances()}
 
-    def factory(c: object, spec: object, parallel: int) -> ScriptedBackend:
-        name = spec.name  # type: ignore[attr-defined]
+    def respond(name: str, request: GenerationRequest) -> str:
+        episode, seat, _ = conversation_of(request).rsplit("/", 2)  # instance ids hold "/" too
+        instance = instances[episode.split(":")[2]]
+        assert isinstance(instance, ClemInstance)
+        said = [m.content for m in request.messages if m.role == "user"]
+        return perfect(instance)(seat, said) if name == "smollm2-135m" else "no idea"
 
-        def respond(request: GenerationRequest) -> str:
-            episode, seat, _ = request.conversation_key.rsplit("/", 2)  # instance ids hold "/" too
-            instance = instances[episode.split(":")[2]]
-            said = [m.content for m in request.messages if m.role == "user"]
-            return perfect(instance)(seat, said) if name == "smollm2-135m" else "no idea"
-
-        return ScriptedBackend(name, respond)
+    factory = scripted_factory(respond)
 
     with Store.open(tmp_path / "db.duckdb") as store:
         summary = Runner(catalog, store, factory).execute(config, [family])

@@ -12,6 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests.fakes import one
+
 REPO = Path(__file__).resolve().parent.parent
 APPLIANCE = [sys.executable, "-m", "appliance"]
 
@@ -72,21 +74,21 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
     assert tiny_run.result.returncode == 0, tiny_run.result.stderr[-3000:]
     assert "leaderboard" in tiny_run.result.stdout and "smollm2-135m" in tiny_run.result.stdout
     with duckdb.connect(str(tiny_run.db), read_only=True) as db:
-        run_id, status = db.execute("SELECT run_id, status FROM runs").fetchone()  # type: ignore[misc]
+        run_id, status = one(db, "SELECT run_id, status FROM runs")
         assert status == "finished"
         speakers = db.execute("SELECT speaker, count(*) FROM messages GROUP BY speaker ORDER BY speaker").fetchall()
         turns = dict(speakers)["player"]
         assert speakers == [("interrogator", turns), ("player", turns)]
-        assert db.execute("SELECT count(*) FROM messages WHERE completion_tokens > 0").fetchone()[0] >= turns  # type: ignore[index]
+        assert one(db, "SELECT count(*) FROM messages WHERE completion_tokens > 0")[0] >= turns
         judged = db.execute("SELECT count(DISTINCT target_idx), count(*) FROM judgments").fetchone()
         assert judged == (turns, turns * 4)  # three criteria and the refusal flag per player turn
-        parsed = db.execute("SELECT count(*) FROM judgments WHERE parsed").fetchone()[0]  # type: ignore[index]
+        parsed = one(db, "SELECT count(*) FROM judgments WHERE parsed")[0]
         assert parsed == turns * 4, "grammar-constrained judges must always parse"
-        cached = db.execute("SELECT sum(cached_prompt_tokens) FROM messages").fetchone()[0]  # type: ignore[index]
+        cached = one(db, "SELECT sum(cached_prompt_tokens) FROM messages")[0]
         assert cached > 0, "later turns must reuse the conversation's KV cache"
-        hashes = json.loads(db.execute("SELECT file_hashes FROM runs").fetchone()[0])  # type: ignore[index]
+        hashes = json.loads(one(db, "SELECT file_hashes FROM runs")[0])
         assert any(path.endswith("cards.toml") for path in hashes)
-        assert db.execute("SELECT count(*) FROM models WHERE sha256 <> 'missing'").fetchone()[0] == 1  # type: ignore[index]
+        assert one(db, "SELECT count(*) FROM models WHERE sha256 <> 'missing'")[0] == 1
     report = cli("report", run_id, "--db", str(tiny_run.db), "--json")
     assert report.returncode == 0, report.stderr
     board = json.loads(report.stdout)[0]
@@ -100,7 +102,7 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
 @pytest.mark.real_model
 def test_resuming_a_complete_run_plays_nothing_and_keeps_it(tiny_run: TinyRun) -> None:
     with duckdb.connect(str(tiny_run.db), read_only=True) as db:
-        (run_id,) = db.execute("SELECT run_id FROM runs").fetchone()  # type: ignore[misc]
+        (run_id,) = one(db, "SELECT run_id FROM runs")
         before = db.execute("SELECT count(*) FROM messages").fetchone()
     result = cli("run", "--resume", run_id, "--db", str(tiny_run.db), "--json")
     assert result.returncode == 0, result.stderr
@@ -123,9 +125,11 @@ def test_bad_input_leaves_stored_runs_intact(tiny_run: TinyRun, tmp_path: Path) 
 
     def counts() -> tuple[int, int, int]:
         with duckdb.connect(db, read_only=True) as con:
-            return con.execute(
-                "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM messages), (SELECT count(*) FROM judgments)"
-            ).fetchone()  # type: ignore[return-value]
+            runs, messages, judgments = one(
+                con,
+                "SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM messages), (SELECT count(*) FROM judgments)",
+            )
+            return int(runs), int(messages), int(judgments)
 
     before = counts()
     assert_clean_error(cli("run", "--players", "no-such-model", "--db", db), "unknown model 'no-such-model'")
@@ -284,7 +288,7 @@ def test_score_adds_a_panel_and_applies_its_calibration(tiny_run: TinyRun, tmp_p
     db = tmp_path / "copy.duckdb"
     shutil.copy(tiny_run.db, db)
     with duckdb.connect(str(db), read_only=True) as con:
-        (run_id,) = con.execute("SELECT run_id FROM runs").fetchone()  # type: ignore[misc]
+        (run_id,) = one(con, "SELECT run_id FROM runs")
         before = con.execute("SELECT panel, count(*) FROM judgments GROUP BY panel").fetchall()
     assert cli("labels", "import", str(FED), "--format", "fed", "--db", str(db)).returncode == 0
     # Calibrate the Gemma panel with the very template PingPong judges use, then score the run with it.

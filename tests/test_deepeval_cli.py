@@ -10,7 +10,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli import REPO, assert_clean_error, cli
+
+from tests.test_cli import REPO, assert_clean_error, cli
 
 DATA = REPO / "scenarios" / "deepeval"
 

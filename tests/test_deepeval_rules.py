@@ -9,11 +9,14 @@ import json
 import re
 import shutil
 import tomllib
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, Sampling
 from appliance.episodes import EpisodeContext, RoleBinding
@@ -31,7 +34,9 @@ from appliance.scenarios.deepeval.settings import DeepEvalSettings, SandboxLimit
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
 from appliance.scheduler import Scheduler
 from appliance.store import Store
+from tests.fakes import conversation_of
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "deepeval"
 MODELS = ["smollm2-135m", "gemma3-270m"]
@@ -57,16 +62,18 @@ def test_public_goods_payoffs_follow_the_rules() -> None:
         assert investment.violation and investment.amount == 0, bad
 
 
-def scripted_context(respond: object, models: dict[str, str]) -> tuple[EpisodeContext, Scheduler]:
-    backends = {name: ScriptedBackend(name, respond) for name in set(models.values())}  # type: ignore[arg-type]
+def scripted_context(
+    respond: Callable[[GenerationRequest], str], models: dict[str, str]
+) -> tuple[EpisodeContext, Scheduler]:
+    backends: dict[str, Backend] = {name: ScriptedBackend(name, respond) for name in set(models.values())}
     scheduler = Scheduler(backends)
     roles = {role: RoleBinding(model) for role, model in models.items()}
     return EpisodeContext("run:deepeval:x:y", 7, scheduler, roles), scheduler
 
 
-def drive(scheduler: Scheduler, coroutine: object) -> object:
-    async def main() -> object:
-        task = asyncio.ensure_future(coroutine)  # type: ignore[arg-type]
+def drive(scheduler: Scheduler, coroutine: Coroutine[Any, Any, T]) -> T:
+    async def main() -> T:
+        task = asyncio.ensure_future(coroutine)
         await scheduler.drive(task)
         return task.result()
 
@@ -78,7 +85,7 @@ def test_no_participant_sees_a_message_of_its_own_round() -> None:
     prompts: list[tuple[str, int, str]] = []
 
     def respond(request: GenerationRequest) -> str:
-        seat = request.conversation_key.rsplit("/", 2)[1]
+        seat = conversation_of(request).rsplit("/", 2)[1]
         asked = 1 + sum(1 for s, _, _ in prompts if s == seat)
         prompts.append((seat, asked, "\n".join(message.content for message in request.messages)))
         return f"<{seat} round {asked}>"
@@ -191,7 +198,7 @@ def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Scri
     good = name == "smollm2-135m"
 
     def respond(request: GenerationRequest) -> str:
-        episode, seat, _ = request.conversation_key.rsplit("/", 2)
+        episode, seat, _ = conversation_of(request).rsplit("/", 2)
         text = "\n".join(message.content for message in request.messages)
         if seat.startswith("judge-"):
             return '{"score": 7}' if good else '{"score": 5}'

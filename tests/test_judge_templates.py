@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
 from appliance.judging.templates import (
     LikertTemplate,
@@ -145,7 +147,7 @@ def test_template_with_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
         load_judge_template(path)
 
 
-def _pair_verdict(respond: object) -> object:
+def _pair_verdict(respond: Callable[[GenerationRequest], str]) -> PairVerdict:
     import asyncio
 
     from appliance.engine.scripted import ScriptedBackend
@@ -155,7 +157,7 @@ def _pair_verdict(respond: object) -> object:
 
     template = load_judge_template(JUDGES / "pairwise_preference.toml")
     assert isinstance(template, PairwiseTemplate)
-    scheduler = Scheduler({"j": ScriptedBackend("j", respond)})  # type: ignore[arg-type]
+    scheduler = Scheduler({"j": ScriptedBackend("j", respond)})
     ctx = EpisodeContext("e", 0, scheduler, {"judge:j": RoleBinding("j")})
 
     async def run() -> PairVerdict:
@@ -180,12 +182,12 @@ def _pair_verdict(respond: object) -> object:
 
 
 def test_judge_pair_asks_both_orders_and_reads_them_for_the_first_response() -> None:
-    def prefers_good(request: object) -> str:
-        text = request.messages[1].content  # type: ignore[attr-defined]
+    def prefers_good(request: GenerationRequest) -> str:
+        text = request.messages[1].content
         a = text.split("Response A:")[1].split("Response B:")[0]
         return '{"better": "A"}' if "good" in a else '{"better": "B"}'
 
     verdict = _pair_verdict(prefers_good)
-    assert (verdict.original, verdict.swapped, verdict.outcome) == (1.0, 1.0, "first")  # type: ignore[attr-defined]
+    assert (verdict.original, verdict.swapped, verdict.outcome) == (1.0, 1.0, "first")
     biased = _pair_verdict(lambda request: '{"better": "A"}')
-    assert biased.outcome == "inconsistent" and biased.position_biased  # type: ignore[attr-defined]
+    assert biased.outcome == "inconsistent" and biased.position_biased

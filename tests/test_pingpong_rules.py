@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from appliance.catalog import load_catalog
@@ -12,6 +13,7 @@ from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.store import JudgmentRecord, Store
+from tests.fakes import conversation_of, role_of, scripted_factory
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,15 +33,12 @@ def _responder(request: GenerationRequest) -> str:
     return "A long answer in character." if len(request.messages) % 4 == 0 else "Short one."
 
 
-def _run(tmp_path: Path, respond: object = _responder) -> tuple[Store, dict[str, ScriptedBackend], str]:
+def _run(
+    tmp_path: Path, respond: Callable[[GenerationRequest], str] = _responder
+) -> tuple[Store, dict[str, ScriptedBackend], str]:
     catalog = load_catalog(REPO / "models.toml")
     family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
-    backends: dict[str, ScriptedBackend] = {}
-
-    def factory(catalog_: object, spec: object, *, parallel: int) -> ScriptedBackend:
-        name = spec.name  # type: ignore[attr-defined]
-        backends[name] = ScriptedBackend(name, respond)  # type: ignore[arg-type]
-        return backends[name]
+    factory = scripted_factory(lambda model, request: respond(request))
 
     config = RunConfig(
         scenarios=["pingpong"],
@@ -52,11 +51,11 @@ def _run(tmp_path: Path, respond: object = _responder) -> tuple[Store, dict[str,
         models_file=str(catalog.source),
     )
     store = Store.open(tmp_path / "db.duckdb")
-    runner = Runner(catalog, store, backend_factory=factory)  # type: ignore[arg-type]
+    runner = Runner(catalog, store, backend_factory=factory)
     summary = runner.execute(config, [family])
     run_id = summary.run_id
     assert summary.episodes_finished == 6 and summary.episodes_failed == 0
-    return store, backends, run_id
+    return store, factory.opened, run_id
 
 
 def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tmp_path: Path) -> None:
@@ -66,11 +65,11 @@ def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tm
     situations = [situation.text for situation in family.situations]
     requests = [r for backend in backends.values() for r in backend.requests if r.grammar is None]
     assert requests
-    roles = {request.conversation_key.split("/")[-2] for request in requests}  # type: ignore[union-attr]
+    roles = {role_of(request) for request in requests}
     assert roles == {"interrogator", "player"}
     for request in requests:
         text = _text(request)
-        role = request.conversation_key.split("/")[-2]  # type: ignore[union-attr]
+        role = role_of(request)
         if role == "interrogator":
             assert any(s in text for s in situations)
             assert not any(d in text for d in descriptions), "interrogator saw a card description"
@@ -100,7 +99,7 @@ def test_every_player_turn_is_judged_by_every_judge_and_stored(tmp_path: Path) -
 
 def test_unparsed_verdicts_are_stored_and_left_out_of_the_mean(tmp_path: Path) -> None:
     def respond(request: GenerationRequest) -> str:
-        if request.grammar is not None and "gemma" in request.conversation_key.rsplit("/", 1)[-1]:  # type: ignore[union-attr]
+        if request.grammar is not None and "gemma" in conversation_of(request).rsplit("/", 1)[-1]:
             return '{"in_character": 9'
         return _responder(request)
 
@@ -160,10 +159,8 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
     config = RunConfig(**store.run(run_id)["config"])
     played: list[str] = []
 
-    def factory(catalog_: object, spec: object, *, parallel: int) -> ScriptedBackend:
-        return ScriptedBackend(spec.name, _responder)  # type: ignore[attr-defined]
-
-    summary = Runner(catalog, store, backend_factory=factory).execute(  # type: ignore[arg-type]
+    factory = scripted_factory(lambda model, request: _responder(request))
+    summary = Runner(catalog, store, backend_factory=factory).execute(
         config, [family], resume=run_id, on_episode=lambda record: played.append(record.episode_id)
     )
     assert played == [lost]

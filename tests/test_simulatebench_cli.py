@@ -8,7 +8,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli import REPO, cli
+
+from tests.fakes import one
+from tests.test_cli import REPO, cli
 
 
 @pytest.mark.real_model
@@ -32,11 +34,11 @@ def test_simulatebench_run_reports_ca_and_rcov(tmp_path: Path) -> None:
     with duckdb.connect(db, read_only=True) as con:
         loaded = [name for (name,) in con.execute("SELECT name FROM models").fetchall()]
         assert loaded == ["smollm2-135m"], "a rule-scored family loads no judge"
-        questions, answers = con.execute(
-            "SELECT count(*) FILTER (speaker = 'questioner'), count(*) FILTER (speaker = 'player') FROM messages"
-        ).fetchone()  # type: ignore[misc]
-        verdicts = con.execute("SELECT count(*) FROM judgments WHERE mode = 'choice'").fetchone()[0]  # type: ignore[index]
-        cached = con.execute("SELECT sum(cached_prompt_tokens) FROM messages").fetchone()[0]  # type: ignore[index]
+        questions, answers = one(
+            con, "SELECT count(*) FILTER (speaker = 'questioner'), count(*) FILTER (speaker = 'player') FROM messages"
+        )
+        verdicts = one(con, "SELECT count(*) FROM judgments WHERE mode = 'choice'")[0]
+        cached = one(con, "SELECT sum(cached_prompt_tokens) FROM messages")[0]
     assert questions == answers == verdicts > 0
     assert cached > 0, "the profile is prefilled once per episode and forked for every question"
     text = cli("report", "--db", db)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulatebench.answers import parse_choice
+from appliance.scenarios.simulatebench.family import ProfileInstance
 from appliance.scenarios.simulatebench.importer import import_simulatebench, parse_question, variant_label
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.perturb import CANDIDATES, all_text, perturb, variants
@@ -157,13 +159,14 @@ def test_importer_rejects_a_folder_of_something_else(tmp_path: Path) -> None:
 def answer_key() -> dict[tuple[str, frozenset[str]], str]:
     """(question, options) -> right option, over every profile the family plays."""
     key: dict[tuple[str, frozenset[str]], str] = {}
-    for instance in load_family("simulatebench").instances():
-        for q in instance.profile.questions:  # type: ignore[attr-defined]
+    for instance in load_family("simulatebench").stages()[0].instances():
+        assert isinstance(instance, ProfileInstance)
+        for q in instance.profile.questions:
             key[(q.question, frozenset(q.options))] = q.answer
     return key
 
 
-def scripted_player(key: dict[tuple[str, frozenset[str]], str]):  # type: ignore[no-untyped-def]
+def scripted_player(key: dict[tuple[str, frozenset[str]], str]) -> Callable[[GenerationRequest], str]:
     """Right on every answerable question; refuses (unparsable) where the answer is 'not enough information'."""
 
     def respond(request: GenerationRequest) -> str:

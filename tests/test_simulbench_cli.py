@@ -9,9 +9,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_cli import REPO, assert_clean_error, cli
 
 from appliance.scenarios.simulbench.user_agent import STRATEGIES, parse_strategy_reply
+from tests.fakes import one
+from tests.test_cli import REPO, assert_clean_error, cli
 
 PEERS = REPO.parent / "shared" / "datasets" / "peers" / "simulbench"
 PLAYERS = "smollm2-135m,gemma3-270m"
@@ -38,7 +39,7 @@ def short_settings() -> str:
         ("simulator_max_tokens", 24),
     ]:
         text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
-    return text
+    return str(text)
 
 
 @pytest.mark.real_model
@@ -67,9 +68,7 @@ def test_all_three_stages_on_one_task_with_the_embedded_models(tmp_path: Path) -
             "SELECT count(*), count(*) FILTER (parsed) FROM judgments j JOIN episodes e USING (episode_id) "
             "WHERE e.instance_id LIKE 'extract/%'"
         ).fetchone()
-        scripts = json.loads(
-            con.execute("SELECT metadata FROM episodes WHERE instance_id LIKE 'extract/%'").fetchone()[0]  # type: ignore[index]
-        )["scripts"]
+        scripts = json.loads(one(con, "SELECT metadata FROM episodes WHERE instance_id LIKE 'extract/%'")[0])["scripts"]
     assert stages["collect"] == 1 and stages["extract"] == 1
     assert speakers.count("simulator") == 2, speakers  # the opening and one user agent request answered
     assert parse_strategy_reply(agent[0]).strategy in STRATEGIES  # the grammar kept the agent's JSON valid

@@ -35,6 +35,7 @@ from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair
 from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.records import JudgmentRecord
+from tests.fakes import conversation_of, role_of, scripted_factory
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "simulbench"
@@ -77,7 +78,7 @@ def run_collect(agent_replies: list[str], max_turns: int = 4) -> tuple[list[Dial
     replies = iter(agent_replies)
 
     def respond(request: GenerationRequest) -> str:
-        if "/user_agent/" in request.conversation_key:
+        if "/user_agent/" in conversation_of(request):
             assert request.sampling.temperature == pytest.approx(1.2) and request.grammar is not None
             return next(replies)
         assert request.sampling.temperature == 0.0
@@ -217,26 +218,21 @@ def test_bad_published_files_fail_with_the_line_and_field(tmp_path: Path) -> Non
         read_simulbench_file(bad)
 
 
-def scripted_factory(catalog: object, spec: object, parallel: int) -> ScriptedBackend:
+def good_and_bad(name: str, request: GenerationRequest) -> str:
     """smollm2 answers well and judges kindly; gemma answers badly. Judges rate by the reply's text."""
-    name = spec.name  # type: ignore[attr-defined]
-
-    def respond(request: GenerationRequest) -> str:
-        role = request.conversation_key.rsplit("/", 2)[1]
-        text = request.messages[-1].content
-        if role == "user_agent":
-            return '{"strategy": "harder", "request": "a harder request"}'
-        if role.startswith("judge-"):
-            if "better" in (request.grammar or ""):  # pairwise: prefer the good answer in either position
-                a_part = text.split("Response A:")[1].split("Response B:")[0]
-                return '{"better": "A"}' if "good" in a_part else '{"better": "B"}'
-            if "answer" in (request.grammar or ""):  # challenging turn: a harder request is
-                asked = text.split("Request at this turn:")[1].split("The system's reply:")[0]
-                return '{"answer": "yes"}' if "a harder request" in asked else '{"answer": "no"}'
-            return '{"score": 9}' if "good answer" in text.split("Reply to grade:")[1] else '{"score": 2}'
-        return "good answer" if name == "smollm2-135m" else "bad answer"
-
-    return ScriptedBackend(name, respond)
+    role = role_of(request)
+    text = request.messages[-1].content
+    if role == "user_agent":
+        return '{"strategy": "harder", "request": "a harder request"}'
+    if role.startswith("judge-"):
+        if "better" in (request.grammar or ""):  # pairwise: prefer the good answer in either position
+            a_part = text.split("Response A:")[1].split("Response B:")[0]
+            return '{"better": "A"}' if "good" in a_part else '{"better": "B"}'
+        if "answer" in (request.grammar or ""):  # challenging turn: a harder request is
+            asked = text.split("Request at this turn:")[1].split("The system's reply:")[0]
+            return '{"answer": "yes"}' if "a harder request" in asked else '{"answer": "no"}'
+        return '{"score": 9}' if "good answer" in text.split("Reply to grade:")[1] else '{"score": 2}'
+    return "good answer" if name == "smollm2-135m" else "bad answer"
 
 
 def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path) -> None:
@@ -252,15 +248,21 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         models_file=str(catalog.source),
     )
     with Store.open(tmp_path / "db.duckdb") as store:
-        summary = Runner(catalog, store, scripted_factory).execute(config, [load_family("simulbench", store=store)])
+        summary = Runner(catalog, store, scripted_factory(good_and_bad)).execute(
+            config, [load_family("simulbench", store=store)]
+        )
         # 2 tasks x 3 dialogues; each dialogue: turn 1 fine, turn 2 (the harder request) challenging -> 2 scripts
         assert summary.episodes_total == 6 + 6 + 12 * 2 + 12 and summary.episodes_failed == 0
         report = build_simulbench_report(store, summary.run_id, "simulbench")
-        resumed = Runner(catalog, store, scripted_factory).execute(
+        resumed = Runner(catalog, store, scripted_factory(good_and_bad)).execute(
             config, [load_family("simulbench", store=store)], resume=summary.run_id
         )
         rescored = rescore_run(
-            store, catalog, summary.run_id, Panel(name="q", judges=["gemma3-270m"]), backend_factory=scripted_factory
+            store,
+            catalog,
+            summary.run_id,
+            Panel(name="q", judges=["gemma3-270m"]),
+            backend_factory=scripted_factory(good_and_bad),
         )
         by_panel = store.query(
             "SELECT split_part(e.instance_id, '/', 1), s.panel, s.metric, count(*), avg(s.value) FROM scores s "

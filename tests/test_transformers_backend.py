@@ -8,10 +8,12 @@ while the assertions are the ones that must hold whatever the rate.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from appliance.engine.backend import Backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
 
@@ -27,16 +29,16 @@ PROMPTS = ["Name a fruit that is yellow.", "What is two plus three?", "Give me a
 GREEDY = ResolvedSampling(temperature=0.0, max_tokens=12)
 
 
-def _drain(backend: object, requests: list[GenerationRequest]) -> list[Completion]:
-    tickets = [backend.submit(request) for request in requests]  # type: ignore[attr-defined]
+def _drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completion]:
+    tickets = [backend.submit(request) for request in requests]
     done: dict[int, Completion] = {}
-    while backend.busy:  # type: ignore[attr-defined]
-        done.update(backend.step())  # type: ignore[attr-defined]
+    while backend.busy:
+        done.update(backend.step())
     return [done[ticket] for ticket in tickets]
 
 
 @pytest.fixture(scope="module")
-def hf_backend(smollm2_path: Path) -> object:
+def hf_backend(smollm2_path: Path) -> Iterator[Backend]:
     from appliance.engine.transformers_backend import TransformersBackend
 
     backend = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4, threads=2)
@@ -44,7 +46,7 @@ def hf_backend(smollm2_path: Path) -> object:
     backend.close()
 
 
-def test_batched_generation_equals_one_at_a_time(hf_backend: object) -> None:
+def test_batched_generation_equals_one_at_a_time(hf_backend: Backend) -> None:
     requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
     together = _drain(hf_backend, requests)
     alone = [_drain(hf_backend, [request])[0] for request in requests]
@@ -54,7 +56,7 @@ def test_batched_generation_equals_one_at_a_time(hf_backend: object) -> None:
     assert same >= len(PROMPTS) - 1, [(a.text, b.text) for a, b in zip(together, alone, strict=True)]
 
 
-def test_greedy_agreement_with_llama_cpp_is_measured(hf_backend: object, smollm2: LlamaCppBackend) -> None:
+def test_greedy_agreement_with_llama_cpp_is_measured(hf_backend: Backend, smollm2: LlamaCppBackend) -> None:
     requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
     ours = _drain(hf_backend, requests)
     smollm2.forget_caches()

@@ -27,7 +27,7 @@ from appliance.catalog import Catalog, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.judging.panels import Panel
 from appliance.runner import package_versions
-from appliance.scenarios import StagedFamily, load_family
+from appliance.scenarios import ScenarioFamily, load_family
 
 TARGET_DECODE_RATIO = 0.90
 TARGET_E2E_SPEEDUP = 4.0
@@ -81,70 +81,19 @@ class BenchReport(BaseModel):
 
 
 def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str], None]) -> BenchReport:
+    """The three workloads in turn (decode, end to end, memory), then the targets they are held to."""
     plan = BenchPlan.quick() if quick else BenchPlan()
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
-    spec = catalog.get(plan.model)
-    model_path = catalog.resolve_path(spec)
-
-    say(f"decode: engine vs raw llama_decode loop at {plan.sequences} sequences")
-    points: list[DecodePoint] = []
-    for sequences in plan.sequences:
-        backend = LlamaCppBackend(model_path, name=spec.name, context_length=256, slots=sequences, threads=spec.threads)
-        try:
-            point = decode_point(backend, sequences, plan.new_tokens, plan.seed, plan.repeats)
-        finally:
-            backend.close()
-        points.append(point)
-        say(
-            f"  {sequences:>3} sequences: engine {point.engine_tokens_per_s:7.1f} tok/s, "
-            f"raw {point.raw_tokens_per_s:7.1f} tok/s, ratio {point.ratio:.2f}"
-        )
-
-    say(f"end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, panel {panel.judges}")
-    pingpong = load_family("pingpong")
-    assert not isinstance(pingpong, StagedFamily)  # PingPong plays in one go
-    e2e = end_to_end(
-        catalog,
-        pingpong,
-        conversations=plan.conversations,
-        turns=plan.turns,
-        player=plan.model,
-        interrogator=plan.model,
-        panel=panel,
-        seed=plan.seed,
-        parallel=plan.conversations,
-    )
-    say(
-        f"  appliance {e2e.appliance.wall_s:.1f} s, baseline {e2e.baseline.wall_s:.1f} s, "
-        f"speedup {e2e.speedup:.2f}x, transcripts identical: {e2e.transcripts_identical}"
-    )
-
+    points = _decode_points(catalog, plan, say)
+    e2e = _pingpong_end_to_end(catalog, panel, plan, say)
     say(f"memory: {plan.memory_conversations} live conversations, KV budget {plan.memory_budget_mb} MB")
-    memory = _memory_in_subprocess(model_path, plan)
+    memory = _memory_in_subprocess(catalog.resolve_path(catalog.get(plan.model)), plan)
     say(
         f"  peak RSS {memory.peak_rss_mb:.0f} MB, peak KV {memory.peak_kv_cells} cells ({memory.peak_kv_mb:.0f} MB), "
         f"{memory.slots} slots"
     )
-
     ratios = {str(point.sequences): round(point.ratio, 4) for point in points}
-    targets = {
-        "engine_vs_raw_at_16_32": {
-            "target": f">= {TARGET_DECODE_RATIO}",
-            "measured": {k: ratios[k] for k in ("16", "32") if k in ratios},
-            "met": all(ratios[k] >= TARGET_DECODE_RATIO for k in ("16", "32") if k in ratios),
-        },
-        "e2e_speedup": {
-            "target": f">= {TARGET_E2E_SPEEDUP}",
-            "measured": round(e2e.speedup, 3),
-            "met": e2e.speedup >= TARGET_E2E_SPEEDUP,
-        },
-        "peak_rss_mb": {
-            "target": f"<= {TARGET_PEAK_RSS_MB} with {plan.memory_conversations} conversations",
-            "measured": round(memory.peak_rss_mb, 1),
-            "met": memory.peak_rss_mb <= TARGET_PEAK_RSS_MB,
-        },
-    }
     hashes = {name: sha256_of(catalog.resolve_path(catalog.get(name))) for name in {plan.model, *panel.judges}}
     return BenchReport(
         bench_id=started_at.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else ""),
@@ -161,9 +110,71 @@ def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str
         transcripts_identical=e2e.transcripts_identical,
         memory=memory,
         peak_rss_mb=memory.peak_rss_mb,
-        targets=targets,
+        targets=_targets(ratios, e2e, memory, plan),
         wall_s=time.perf_counter() - started,
     )
+
+
+def _decode_points(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> list[DecodePoint]:
+    """The engine against the bare batched decode loop, one point per sequence count."""
+    spec = catalog.get(plan.model)
+    model_path = catalog.resolve_path(spec)
+    say(f"decode: engine vs raw llama_decode loop at {plan.sequences} sequences")
+    points: list[DecodePoint] = []
+    for sequences in plan.sequences:
+        backend = LlamaCppBackend(model_path, name=spec.name, context_length=256, slots=sequences, threads=spec.threads)
+        try:
+            point = decode_point(backend, sequences, plan.new_tokens, plan.seed, plan.repeats)
+        finally:
+            backend.close()
+        points.append(point)
+        say(
+            f"  {sequences:>3} sequences: engine {point.engine_tokens_per_s:7.1f} tok/s, "
+            f"raw {point.raw_tokens_per_s:7.1f} tok/s, ratio {point.ratio:.2f}"
+        )
+    return points
+
+
+def _pingpong_end_to_end(catalog: Catalog, panel: Panel, plan: BenchPlan, say: Callable[[str], None]) -> EndToEndResult:
+    say(f"end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, panel {panel.judges}")
+    pingpong = load_family("pingpong")
+    assert isinstance(pingpong, ScenarioFamily)  # PingPong plays in one go
+    e2e = end_to_end(
+        catalog,
+        pingpong,
+        conversations=plan.conversations,
+        turns=plan.turns,
+        player=plan.model,
+        interrogator=plan.model,
+        panel=panel,
+        seed=plan.seed,
+        parallel=plan.conversations,
+    )
+    say(
+        f"  appliance {e2e.appliance.wall_s:.1f} s, baseline {e2e.baseline.wall_s:.1f} s, "
+        f"speedup {e2e.speedup:.2f}x, transcripts identical: {e2e.transcripts_identical}"
+    )
+    return e2e
+
+
+def _targets(ratios: dict[str, float], e2e: EndToEndResult, memory: MemoryResult, plan: BenchPlan) -> dict[str, Any]:
+    return {
+        "engine_vs_raw_at_16_32": {
+            "target": f">= {TARGET_DECODE_RATIO}",
+            "measured": {k: ratios[k] for k in ("16", "32") if k in ratios},
+            "met": all(ratios[k] >= TARGET_DECODE_RATIO for k in ("16", "32") if k in ratios),
+        },
+        "e2e_speedup": {
+            "target": f">= {TARGET_E2E_SPEEDUP}",
+            "measured": round(e2e.speedup, 3),
+            "met": e2e.speedup >= TARGET_E2E_SPEEDUP,
+        },
+        "peak_rss_mb": {
+            "target": f"<= {TARGET_PEAK_RSS_MB} with {plan.memory_conversations} conversations",
+            "measured": round(memory.peak_rss_mb, 1),
+            "met": memory.peak_rss_mb <= TARGET_PEAK_RSS_MB,
+        },
+    }
 
 
 def _memory_in_subprocess(model: Path, plan: BenchPlan) -> MemoryResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,26 +175,8 @@ def run_calibration(
     fit_ids, held_ids = split_items(list(table.item_ids), request.seed, request.heldout_fraction)
     fit, held = table.subset(fit_ids), table.subset(held_ids)
     human_scale = label_set.scales.get(criterion, (float(np.nanmin(table.human)), float(np.nanmax(table.human))))
-    calibration: Any
-    if label_set.kind == "pairwise":
-        calibration = fit_pairwise_calibration(fit)
-        report = pairwise_report(fit, held, calibration, seed=request.seed, resamples=request.resamples)
-    else:
-        calibration = fit_rating_calibration(fit)
-        report = rating_report(
-            fit,
-            held,
-            calibration,
-            judge_scale=template.scale,
-            human_scale=human_scale,
-            seed=request.seed,
-            resamples=request.resamples,
-        )
-    used = set(table.item_ids)
-    unparsed = {
-        judge: sum(1 for (item_id, j, _), v in verdicts.items() if j == judge and item_id in used and not v.parsed)
-        for judge in request.panel.judges
-    }
+    calibration, report = _fit_and_report(label_set.kind, fit, held, template.scale, human_scale, request)
+    unparsed = _unparsed_counts(verdicts, set(table.item_ids), request.panel.judges)
     record = CalibrationRecord(
         calibration_id=datetime.now(UTC).strftime("cal-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4],
         created_at=datetime.now(UTC).replace(tzinfo=None),
@@ -224,3 +206,36 @@ def run_calibration(
         "model": record.model,
     }
     return CalibrationOutcome(record, summary | report, fit, held, label_set.kind)
+
+
+def _fit_and_report(
+    kind: str,
+    fit: ItemTable,
+    held: ItemTable,
+    judge_scale: tuple[float, float],
+    human_scale: tuple[float, float],
+    request: CalibrationRequest,
+) -> tuple[Any, dict[str, Any]]:
+    """The calibration fitted on the fitting part, and its report on the held-out part."""
+    if kind == "pairwise":
+        pairwise = fit_pairwise_calibration(fit)
+        return pairwise, pairwise_report(fit, held, pairwise, seed=request.seed, resamples=request.resamples)
+    rating = fit_rating_calibration(fit)
+    report = rating_report(
+        fit,
+        held,
+        rating,
+        judge_scale=judge_scale,
+        human_scale=human_scale,
+        seed=request.seed,
+        resamples=request.resamples,
+    )
+    return rating, report
+
+
+def _unparsed_counts(verdicts: dict[VerdictKey, LabelVerdict], used: set[str], judges: Sequence[str]) -> dict[str, int]:
+    """Per judge, the verdicts on the items in the table that did not parse."""
+    return {
+        judge: sum(1 for (item_id, j, _), v in verdicts.items() if j == judge and item_id in used and not v.parsed)
+        for judge in judges
+    }

@@ -109,6 +109,7 @@ def run(
                 seed=seed,
                 limit=None if all_instances else (limit or DEFAULT_LIMIT),
                 limits={entry.name: entry.quick_limit for entry in registered_families()} if quick else {},
+                turn_caps=_quick_turns() if quick and turns is None else {},
                 parallel=parallel,
                 models_file=str(catalog.source),
                 cross_play=cross_play,
@@ -125,6 +126,10 @@ def run(
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
         return
     _print_run_summary(reports, summary, store.path, config)
+
+
+def _quick_turns() -> dict[str, int]:
+    return {entry.name: entry.quick_turns for entry in registered_families() if entry.quick_turns is not None}
 
 
 def _execute_with_progress(
@@ -157,9 +162,11 @@ def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: P
         scenario_report.render(console)
     if config.limits:
         shown = ", ".join(f"{name} {count}" for name, count in config.limits.items())
+        capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
         console.print(
-            f"Quick suite: instances per family limited to {shown} (clembench: per game; DeepEval: repetitions "
-            "per task). Name --scenario, --limit or --all for a fuller run."
+            f"Quick suite, shortened: instances per family {shown} (clembench: per game; SimulateBench: profiles "
+            f"per character; DeepEval: repetitions per task); turns (rounds) capped: {capped}. "
+            "Name --scenario, --limit, --turns or --all for the methods' own sizes."
         )
     cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
     console.print(
@@ -306,7 +313,7 @@ def models_check(
 @scenarios_app.command("list")
 def scenarios_list(as_json: JsonOption = False) -> None:
     """Scenario families and their instance counts."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in registered_families():
         family = load_family(entry.name)
         instances = family.stages()[0].instances()

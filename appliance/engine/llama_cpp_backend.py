@@ -19,9 +19,11 @@ from typing import Any
 
 import llama_cpp as C
 
+from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.llama_native import LlamaModel, TokenBatch, build_sampler_chain, free_sampler_chain
+from appliance.engine.registry import register_backend
 from appliance.engine.types import Completion, FinishReason, GenerationRequest
 from appliance.errors import ApplianceError
 
@@ -414,3 +416,19 @@ class LlamaCppBackend:
             C.llama_free(self.context)
             self.context = None
         self.model.close()
+
+
+@register_backend("llama_cpp")
+def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCppBackend:
+    return LlamaCppBackend(
+        catalog.resolve_path(spec),
+        name=spec.name,
+        chat_format=spec.chat_format,
+        context_length=spec.context_length,
+        slots=max(1, min(spec.slots, parallel * 4)),
+        threads=spec.threads,
+        exact_kv=spec.exact_kv,
+        kv_unified=spec.kv_unified,
+        flash_attention=spec.flash_attention,
+        kv_budget_mb=spec.kv_budget_mb,
+    )

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.registry import register_backend
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -159,3 +161,14 @@ class TransformersBackend:
 
 def _same_settings(a: ResolvedSampling, b: ResolvedSampling) -> bool:
     return a.model_copy(update={"seed": 0, "stop": ()}) == b.model_copy(update={"seed": 0, "stop": ()})
+
+
+@register_backend("transformers")
+def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> TransformersBackend:
+    return TransformersBackend(
+        catalog.resolve_path(spec),
+        name=spec.name,
+        chat_format=spec.chat_format,
+        slots=max(1, min(spec.slots, parallel * 4)),
+        threads=spec.threads,
+    )

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.catalog import ModelSpec
+from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.registry import register_backend
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -127,3 +128,8 @@ class VllmBackend:
 
     def close(self) -> None:
         self.queue.clear()
+
+
+@register_backend("vllm")
+def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int) -> VllmBackend:
+    return VllmBackend(catalog.resolve_path(spec), spec)

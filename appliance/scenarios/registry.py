@@ -95,8 +95,10 @@ class FamilyEntry(Generic[ReportT]):
     report: Callable[[Store, str, str, str | None], ReportT]
     #: prints a report of this family on a terminal
     render: Callable[[Console, ReportT], None]
-    #: instances per run in the default suite (`appliance run` with no --scenario)
+    #: instances per run in the quick suite (`appliance run` with no --scenario)
     quick_limit: int
+    #: a cap on conversation turns (rounds) in the quick suite, where the family has turns
+    quick_turns: int | None = None
     importers: tuple[Importer, ...] = ()
     #: families whose instances are generated from a seed (clembench) store or write a fresh set
     generate: Callable[[GenerateRequest], list[str]] | None = None

@@ -23,6 +23,7 @@ ENTRY = register_family(
         report=build_deepeval_report,
         render=print_deepeval_report,
         quick_limit=1,
+        quick_turns=2,
         order=40,
     )
 )

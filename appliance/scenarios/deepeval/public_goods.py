@@ -74,8 +74,9 @@ def seat_bindings(seats: int) -> list[str]:
 async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mode: int) -> None:
     """Play one game; each model's payoff is the mean final coins of its seats, beside its violations."""
     rules = settings.public_goods
+    rounds = min(rules.rounds, ctx.max_turns or rules.rounds)  # a run's --turns caps the rounds too
     names = [f"Player {index + 1}" for index in range(rules.seats)]
-    facts = {"seats": str(rules.seats), "rounds": str(rules.rounds), "endowment": str(rules.endowment)}
+    facts = {"seats": str(rules.seats), "rounds": str(rounds), "endowment": str(rules.endowment)}
     facts["alpha"] = f"{rules.alpha:g}"
     seats = [
         Seat(name, binding, rules.system.format(player=name, **facts))
@@ -89,7 +90,7 @@ async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mod
     violations = dict.fromkeys(names, 0)
     history: list[dict[str, object]] = []
     sampling = Sampling(temperature=settings.players.temperature, max_tokens=rules.max_tokens)
-    for number in range(1, rules.rounds + 1):
+    for number in range(1, rounds + 1):
         replies = await referee.collect(names, sampling=sampling, grammar=investment_grammar(rules.reason_max_chars))
         investments = [parse_investment(replies[name], rules.endowment) for name in names]
         result = settle_round([i.amount for i in investments], rules.endowment, rules.alpha)
@@ -101,7 +102,7 @@ async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mod
             messages = [_feedback(rules, mode, number, result, investments, owned[name])]
             if investment.violation:
                 messages.append(rules.invalid_amount.format(endowment=rules.endowment))
-            if number < rules.rounds:
+            if number < rounds:
                 messages.append(rules.next_round.format(**{**facts, "round": str(number + 1)}))
             referee.post("\n".join(messages), [name])
         referee.end_round()

@@ -38,7 +38,8 @@ ENTRY = register_family(
         load=load,
         report=build_leaderboard,
         render=print_leaderboard,
-        quick_limit=2,
+        quick_limit=1,
+        quick_turns=2,
         importers=(
             Importer(
                 kind="pingpong-settings",

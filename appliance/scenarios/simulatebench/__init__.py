@@ -39,7 +39,7 @@ ENTRY = register_family(
         load=load,
         report=build_consistency_report,
         render=print_consistency,
-        quick_limit=2,
+        quick_limit=1,
         importers=(
             Importer(
                 kind="simulatebench",

@@ -52,7 +52,8 @@ ENTRY = register_family(
         load=load,
         report=build_simulbench_report,
         render=print_simulbench_report,
-        quick_limit=2,
+        quick_limit=1,
+        quick_turns=2,
         importers=(
             Importer(
                 kind="simulbench-tasks",

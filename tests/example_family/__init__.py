@@ -1,0 +1,115 @@
+"""A sixth family in one folder, as docs/adding-a-family.md writes it: `recall`.
+
+The player reads a short note and answers a question about it; a rule checks
+whether the reply contains the expected answer. Nothing outside this folder
+names it: it is registered when this package is imported, which the tests do
+through $APPLIANCE_FAMILIES.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import mean
+
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.table import Table
+
+from appliance.engine.types import Message, Sampling
+from appliance.episodes import EpisodeContext
+from appliance.scenarios import FamilyEntry, Instance, LoadRequest, ScenarioFamily, register_family
+from appliance.scenarios.base import RULE_SCORER
+from appliance.stats import bootstrap_interval
+from appliance.store import Store
+from appliance.store.records import ScoreRecord
+from appliance.store.run_view import RunView
+from appliance.tomlfile import read_toml
+
+DATA = Path(__file__).parent / "data"
+
+
+class Fact(Instance):
+    note: str
+    question: str
+    answer: str
+
+
+class RecallFamily(ScenarioFamily):
+    name = "recall"
+    description = "answer a question about a short note (example family)"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.facts = [Fact(**entry) for entry in read_toml(folder / "facts.toml")["fact"]]
+
+    def instances(self) -> list[Instance]:
+        return list(self.facts)
+
+    def data_files(self) -> list[Path]:
+        return [self.folder / "facts.toml"]
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, Fact)
+        reply = await ctx.generate(
+            "player",
+            [Message(role="user", content=f"{instance.note}\n\nQuestion: {instance.question}\nAnswer briefly.")],
+            sampling=Sampling(temperature=0.0, max_tokens=12),
+        )
+        correct = instance.answer.lower() in reply.text.lower()
+        player = ctx.model_for("player")
+        ctx.scores.append(ScoreRecord(panel=RULE_SCORER, player=player, metric="correct", value=float(correct)))
+
+
+class RecallRow(BaseModel):
+    model: str
+    accuracy: float | None
+    ci: tuple[float, float] | None
+    episodes: int
+
+
+class RecallReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    scenario: str
+    rows: list[RecallRow]
+
+
+def build_report(store: Store, run_id: str, scenario: str, panel: str | None) -> RecallReport:
+    run = RunView(store, run_id, scenario)
+    by_model: dict[str, list[float]] = {}
+    for score in run.scores(metrics=["correct"]):
+        if score.value is not None:
+            by_model.setdefault(score.player, []).append(score.value)
+    rows = [
+        RecallRow(model=m, accuracy=mean(v), ci=bootstrap_interval(v), episodes=len(v)) for m, v in by_model.items()
+    ]
+    return RecallReport(run_id=run_id, scenario=scenario, rows=rows)
+
+
+def render(console: Console, report: RecallReport) -> None:
+    table = Table(title=f"{report.scenario}: recall accuracy, run {report.run_id}")
+    for column in ("model", "accuracy", "95% CI", "episodes"):
+        table.add_column(column)
+    for row in report.rows:
+        table.add_row(row.model, f"{row.accuracy:.2f}", str(row.ci), str(row.episodes))
+    console.print(table)
+
+
+def load(request: LoadRequest) -> RecallFamily:
+    family = RecallFamily(Path(request.source) if request.source else request.data_folder)
+    family.name = request.spec
+    return family
+
+
+ENTRY = register_family(
+    FamilyEntry[RecallReport](
+        name="recall",
+        description=RecallFamily.description,
+        load=load,
+        report=build_report,
+        render=render,
+        quick_limit=2,
+        data_folder=str(DATA),
+    )
+)

@@ -1,0 +1,161 @@
+"""The test suite's mock model: a typed scripted backend and a backend factory for runs.
+
+`scripted_factory(reply)` opens one `ScriptedBackend` per model; `reply(model, request)`
+answers each request. The default reply fits any grammar the appliance sends
+(the shortest string its GBNF accepts) and answers free text with a fixed
+sentence, so every family can run end to end without a real model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.catalog import Catalog, ModelSpec
+from appliance.engine.backend import Backend
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest
+
+#: (model name, request) -> the reply text
+Reply = Callable[[str, GenerationRequest], str]
+FREE_TEXT = "A plain answer."
+
+
+def role_of(request: GenerationRequest) -> str:
+    """The role a request was made for: conversation keys are `episode/role-or-conversation/target`."""
+    parts = conversation_of(request).split("/")
+    return parts[-2] if len(parts) >= 3 else ""
+
+
+def conversation_of(request: GenerationRequest) -> str:
+    """The request's conversation key (`episode/role-or-conversation/target`); every episode request has one."""
+    assert request.conversation_key is not None, "an episode request without a conversation key"
+    return request.conversation_key
+
+
+def one(connection: Any, sql: str) -> tuple[Any, ...]:
+    """The single row a query must return (test assertions read the store directly)."""
+    row = connection.execute(sql).fetchone()
+    assert row is not None, f"no row for: {sql}"
+    return tuple(row)
+
+
+def text_of(request: GenerationRequest) -> str:
+    return "\n".join(message.content for message in request.messages)
+
+
+def default_reply(model: str, request: GenerationRequest) -> str:
+    return shortest_match(request.grammar) if request.grammar else FREE_TEXT
+
+
+@dataclass
+class ScriptedFactory:
+    """A `BackendFactory` that records the backends it opened, by model name."""
+
+    reply: Reply = default_reply
+    opened: dict[str, ScriptedBackend] = field(default_factory=dict)
+
+    def __call__(self, catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
+        name = spec.name
+        self.opened[name] = ScriptedBackend(name, lambda request: self.reply(name, request))
+        return self.opened[name]
+
+
+def scripted_factory(reply: Reply = default_reply) -> ScriptedFactory:
+    return ScriptedFactory(reply)
+
+
+# -- the shortest string a GBNF grammar accepts -----------------------------
+
+_TOKEN = re.compile(
+    r'\s*(?:(?P<literal>"(?:\\.|[^"\\])*")|(?P<cls>\[(?:\\.|[^\]\\])*\])|(?P<name>[A-Za-z_][\w-]*)'
+    r"|(?P<count>\{\d+(?:,\d*)?\})|(?P<op>[|()*+?]))"
+)
+
+
+def shortest_match(grammar: str) -> str:
+    """Generate from `root` taking the first alternative and the fewest repetitions.
+
+    Enough of GBNF for the grammars the appliance writes: literals, character
+    classes (negated ones too), rule references, groups, alternatives and
+    the repetitions `*`, `+`, `?` and `{m,n}`.
+    """
+    rules: dict[str, str] = {}
+    for line in grammar.splitlines():
+        if "::=" in line:
+            name, _, body = line.partition("::=")
+            rules[name.strip()] = body.strip()
+    return _expand(rules["root"], rules, depth=0)
+
+
+def _expand(body: str, rules: dict[str, str], depth: int) -> str:
+    if depth > 50:
+        raise ValueError("grammar recursion too deep for the mock model")
+    tokens = [match for match in _TOKEN.finditer(body) if match.group(0).strip()]
+    alternative = _first_alternative(tokens)
+    out: list[str] = []
+    index = 0
+    while index < len(alternative):
+        token = alternative[index]
+        if token.group("op") == "(":
+            end = _closing(alternative, index)
+            piece = _expand(" ".join(t.group(0) for t in alternative[index + 1 : end]), rules, depth + 1)
+            index = end
+        elif token.group("literal"):
+            piece = _unescape(token.group("literal")[1:-1])
+        elif token.group("cls"):
+            piece = _class_member(token.group("cls")[1:-1])
+        elif token.group("name"):
+            piece = _expand(rules[token.group("name")], rules, depth + 1)
+        else:
+            piece = ""
+        following = alternative[index + 1] if index + 1 < len(alternative) else None
+        out.append(piece * _repetitions(following))
+        if following is not None and (following.group("count") or following.group("op") in ("*", "+", "?")):
+            index += 1
+        index += 1
+    return "".join(out)
+
+
+def _first_alternative(tokens: list[re.Match[str]]) -> list[re.Match[str]]:
+    depth = 0
+    for index, token in enumerate(tokens):
+        op = token.group("op")
+        depth += op == "("
+        depth -= op == ")"
+        if op == "|" and depth == 0:
+            return tokens[:index]
+    return tokens
+
+
+def _closing(tokens: list[re.Match[str]], start: int) -> int:
+    depth = 0
+    for index in range(start, len(tokens)):
+        depth += tokens[index].group("op") == "("
+        depth -= tokens[index].group("op") == ")"
+        if depth == 0:
+            return index
+    raise ValueError("unbalanced parentheses in grammar")
+
+
+def _repetitions(token: re.Match[str] | None) -> int:
+    if token is None:
+        return 1
+    if token.group("count"):
+        return int(token.group("count")[1:-1].split(",")[0])
+    return {"*": 0, "?": 0, "+": 1}.get(token.group("op") or "", 1)
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text)
+
+
+def _class_member(spec: str) -> str:
+    """A character of a class: its first member, or for a negated class a letter it does not exclude."""
+    if spec.startswith("^"):
+        excluded = _unescape(spec[1:])
+        return next(c for c in "xyzab" if c not in excluded)
+    first = _unescape(spec)[0]
+    return first

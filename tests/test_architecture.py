@@ -1,0 +1,238 @@
+"""The shape of the code: families, games and backends register themselves; no SQL in families; no cycles."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.engine import registry as backend_registry
+from appliance.engine.backend import Backend
+from appliance.engine.factory import open_backend
+from appliance.engine.scripted import ScriptedBackend
+from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.scenarios.clembench import games
+from appliance.scenarios.clembench.family import play_game
+from appliance.scenarios.clembench.generate import generate_instance_set
+from appliance.scenarios.clembench.instances import ClemInstance
+from appliance.scenarios.clembench.master import GameTable, Outcome
+from appliance.scheduler import Scheduler
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "appliance"
+SQL = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE TABLE|ALTER TABLE)\b")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def test_no_module_under_scenarios_holds_sql_or_touches_the_connection() -> None:
+    offenders = []
+    for path in sorted((PACKAGE / "scenarios").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("query", "connection", "execute", "executemany"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: .{node.attr}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: SQL text")
+    assert offenders == []
+
+
+def module_level_imports(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported: not inside functions or classes, not under TYPE_CHECKING."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            found += module_level_imports(node.body) + module_level_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            found += module_level_imports(node.body)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the appliance modules it imports at module level (function-level imports are deferred on
+    purpose, e.g. heavy libraries, and not counted)."""
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for node in module_level_imports(ast.parse(path.read_text(encoding="utf-8")).body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module
+                    for alias in node.names
+                ]
+            else:
+                targets = []
+            graph[name] |= {target for target in targets if target in known and target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: lower layers never import higher ones at module level
+LAYERS = {
+    "appliance.engine": {"appliance.scenarios", "appliance.runner", "appliance.cli", "appliance.calibration"},
+    "appliance.store": {"appliance.scenarios", "appliance.runner", "appliance.cli", "appliance.engine"},
+    "appliance.scenarios": {"appliance.runner", "appliance.cli", "appliance.calibration", "appliance.rescoring"},
+    "appliance.calibration": {"appliance.runner", "appliance.cli", "appliance.rescoring"},
+    "appliance.roles": {"appliance.runner", "appliance.calibration", "appliance.cli"},
+}
+
+
+def test_no_module_imports_a_layer_above_it() -> None:
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for layer, above in LAYERS.items()
+        if module.startswith(layer)
+        for target in targets
+        if any(target.startswith(higher) for higher in above)
+    ]
+    assert upward == []
+
+
+def test_an_example_family_in_its_own_folder_runs_through_the_cli_on_the_real_model(tmp_path: Path) -> None:
+    """A sixth family that lives in tests/example_family only: listed, played on SmolLM2, reported."""
+    env = {**os.environ, "APPLIANCE_FAMILIES": "tests.example_family", "PYTHONPATH": str(REPO)}
+    db = str(tmp_path / "recall.duckdb")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "appliance", *args]
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+
+    listed = cli("scenarios", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    recall = next(row for row in json.loads(listed.stdout) if row["name"] == "recall")
+    assert recall["instances"] == 3 and recall["quick_suite"] == 2
+    ran = cli("run", "--scenario", "recall", "--players", "smollm2-135m", "--limit", "3", "--db", db, "--json")
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert summary["summary"]["episodes_finished"] == 3
+    (board,) = summary["leaderboards"]
+    (row,) = board["rows"]
+    assert row["model"] == "smollm2-135m" and row["episodes"] == 3 and 0.0 <= row["accuracy"] <= 1.0
+    shown = cli("report", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert "recall accuracy" in shown.stdout and "smollm2-135m" in shown.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "appliance", "scenarios", "list"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "APPLIANCE_FAMILIES": "no_such_family_module"},
+        timeout=120,
+    )
+    assert missing.returncode == 2 and "no_such_family_module" in missing.stderr and "Traceback" not in missing.stderr
+
+
+async def _toy_play(table: GameTable, instance: ClemInstance) -> Outcome:
+    reply = await table.ctx.generate("player", [])
+    return Outcome("success" if reply.text == instance.params["word"] else "lose", 100.0, {})
+
+
+def _toy_generate(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
+    return [
+        ClemInstance(id=f"echo/plain/{i}", game="echo", experiment="plain", params={"word": rng.choice("ab")})
+        for i in range(count)
+    ]
+
+
+def _toy_convert(item: games.PublishedItem) -> tuple[str, dict[str, Any]]:
+    return "echo", {"word": item.item["word"]}
+
+
+def test_a_new_clembench_game_is_one_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    known = games.variant_names()  # discovery first, so the toy game only adds itself
+    game = games.Game(name="echo", play=_toy_play, generate=_toy_generate, convert=_toy_convert, order=99)
+    monkeypatch.setitem(games._GAMES, "echo", game)
+    assert games.variant_names() == [*known, "echo"]
+    generated = generate_instance_set(REPO / "scenarios" / "clembench", seed=3, per_experiment=2)
+    toy = [i for i in generated.instances if i.game == "echo"]
+    assert len(toy) == 2
+    scheduler = Scheduler({"m": ScriptedBackend("m", lambda request: toy[0].params["word"])})
+    ctx = EpisodeContext("e", 0, scheduler, {"player": RoleBinding("m")})
+
+    async def main() -> Outcome:
+        task = asyncio.ensure_future(play_game(GameTable(ctx), toy[0]))
+        await scheduler.drive(task)
+        return task.result()
+
+    assert asyncio.run(main()).status == "success"
+
+
+def test_a_new_backend_is_one_registered_opener(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    backend_registry.backend_names()
+
+    def open_echo(catalog: Catalog, spec: ModelSpec, parallel: int) -> Backend:
+        return ScriptedBackend(spec.name, lambda request: "echo")
+
+    monkeypatch.setitem(backend_registry._OPENERS, "echo", open_echo)
+    models = tmp_path / "models.toml"
+    models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\n')
+    catalog = load_catalog(models)
+    backend = open_backend(catalog, catalog.get("e"), parallel=1)
+    assert isinstance(backend, ScriptedBackend) and backend.name == "e"
+    assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
