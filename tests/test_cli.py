@@ -50,6 +50,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
             str(REPO / "tests" / "no_network.py"),
             str(log),
             "run",
+            "--scenario",
+            "pingpong",
             "--players",
             "smollm2-135m",
             "--panel",

@@ -145,3 +145,31 @@ def test_requests_sharing_a_long_prefix_prefill_it_once_and_match_fresh(smollm2:
     assert together[0].cached_prompt_tokens == 0
     assert all(c.cached_prompt_tokens >= 64 for c in together[1:]), [c.cached_prompt_tokens for c in together]
     assert smollm2.counters.forked_tokens - forked_before == sum(c.cached_prompt_tokens for c in together[1:])
+
+
+def test_a_sequence_whose_kv_lost_tokens_is_prefilled_again_not_refused(smollm2: LlamaCppBackend) -> None:
+    """If a sequence's KV no longer ends where the slot's record says, llama.cpp refuses the next chunk
+    as an invalid batch (status -1), which used to end the whole run; the slot is prefilled again instead."""
+    import llama_cpp as C
+
+    smollm2.forget_caches()
+    (cold,) = _run(smollm2, [_ask(PROMPTS[1], key="conv")])
+    follow_up = GenerationRequest(
+        messages=(
+            Message(role="user", content=PROMPTS[1]),
+            Message(role="assistant", content=cold.text),
+            Message(role="user", content="And one more."),
+        ),
+        sampling=GREEDY,
+        conversation_key="conv",
+    )
+    smollm2.forget_caches()
+    (reference,) = _run(smollm2, [follow_up])
+    smollm2.forget_caches()
+    _run(smollm2, [_ask(PROMPTS[1], key="conv")])
+    holder = next(slot for slot in smollm2.slots if slot.key == "conv")
+    C.llama_memory_seq_rm(smollm2.memory, holder.seq_id, 3, -1)  # the KV loses all but 3 tokens behind its back
+    resyncs = smollm2.counters.kv_resyncs
+    (recovered,) = _run(smollm2, [follow_up])
+    assert smollm2.counters.kv_resyncs == resyncs + 1
+    assert recovered.text == reference.text

@@ -176,7 +176,6 @@ def run_calibration(
     fit, held = table.subset(fit_ids), table.subset(held_ids)
     human_scale = label_set.scales.get(criterion, (float(np.nanmin(table.human)), float(np.nanmax(table.human))))
     calibration, report = _fit_and_report(label_set.kind, fit, held, template.scale, human_scale, request)
-    unparsed = _unparsed_counts(verdicts, set(table.item_ids), request.panel.judges)
     record = CalibrationRecord(
         calibration_id=datetime.now(UTC).strftime("cal-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4],
         created_at=datetime.now(UTC).replace(tzinfo=None),
@@ -192,20 +191,25 @@ def run_calibration(
         metrics=report,
     )
     write_calibration(store, record)
-    summary = {
+    summary = _summary(record, label_set.kind, _unparsed_counts(verdicts, set(table.item_ids), request.panel.judges))
+    return CalibrationOutcome(record, summary | report, fit, held, label_set.kind)
+
+
+def _summary(record: CalibrationRecord, kind: str, unparsed: dict[str, int]) -> dict[str, Any]:
+    """What `appliance calibrate` prints above the held-out report."""
+    return {
         "calibration_id": record.calibration_id,
         "panel": record.panel,
         "label_set": record.label_set,
-        "kind": label_set.kind,
-        "criterion": criterion,
-        "template": template.name,
-        "human_scale": list(human_scale),
-        "judge_scale": list(template.scale),
-        "items": {"fit": len(fit_ids), "heldout": len(held_ids)},
+        "kind": kind,
+        "criterion": record.criterion,
+        "template": record.template,
+        "human_scale": record.model["human_scale"],
+        "judge_scale": record.model["judge_scale"],
+        "items": {"fit": len(record.fit_items), "heldout": len(record.heldout_items)},
         "unparsed_verdicts": unparsed,
         "model": record.model,
     }
-    return CalibrationOutcome(record, summary | report, fit, held, label_set.kind)
 
 
 def _fit_and_report(

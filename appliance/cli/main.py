@@ -366,11 +366,9 @@ def scenarios_generate(
         console.print(line)
 
 
-add_import_commands(import_app)
-
-
 def main() -> None:
     try:
+        add_import_commands(import_app)  # finding the families' importers can fail on a bad $APPLIANCE_FAMILIES
         app(standalone_mode=False)
     except ApplianceError as error:
         error_console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)

@@ -27,6 +27,7 @@ class BackendCounters:
     forked_tokens: int = 0  # prompt tokens copied from another sequence's cache
     peak_kv_cells: int = 0  # most tokens held in the KV cache at once
     moved_caches: int = 0  # caches moved to keep decoding sequences on consecutive ids
+    kv_resyncs: int = 0  # prefills restarted because a sequence's KV did not end where its record said
 
 
 class Backend(Protocol):

@@ -196,7 +196,24 @@ class LlamaCppBackend:
             finished.extend(self._prefill_chunk(slot, job, size))
         return finished
 
+    def _stored_end(self, slot: _Slot) -> int:
+        """How many positions the sequence's KV holds (its highest position + 1; 0 when empty)."""
+        return int(C.llama_memory_seq_pos_max(self.memory, slot.seq_id)) + 1
+
+    def _resync(self, slot: _Slot, job: _Job) -> None:
+        """The slot's KV does not end where its token record says: forget both and prefill the
+        prompt again from position 0 (llama.cpp would refuse the chunk as an invalid batch)."""
+        C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+        slot.cached = []
+        slot.batch_computed = 0
+        job.prefill_cursor = 0
+        job.cached_tokens = 0
+        self.counters.kv_resyncs += 1
+
     def _prefill_chunk(self, slot: _Slot, job: _Job, size: int) -> list[tuple[int, Completion]]:
+        if self._stored_end(slot) != len(slot.cached) or len(slot.cached) != job.prefill_cursor:
+            self._resync(slot, job)
+            size = min(size, len(job.prompt_tokens))
         self.batch.clear()
         start, end = job.prefill_cursor, job.prefill_cursor + size
         owner: list[tuple[int, _Job]] = []
@@ -216,7 +233,13 @@ class LlamaCppBackend:
         self.counters.decode_calls += 1
         self.counters.peak_kv_cells = max(self.counters.peak_kv_cells, sum(len(s.cached) for s in self.slots))
         if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}'")
+            mismatched = [
+                f"seq {slot.seq_id}: KV ends at {self._stored_end(slot)}, record {len(slot.cached)}"
+                for slot in self.slots
+                if self._stored_end(slot) != len(slot.cached)
+            ]
+            detail = f" ({'; '.join(mismatched)})" if mismatched else ""
+            raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}'{detail}")
         finished = []
         for index, job in owners:
             token = int(C.llama_sampler_sample(job.sampler, self.context, index))

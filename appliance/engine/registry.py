@@ -8,13 +8,12 @@ names costs nothing.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appliance.engine.backend import Backend
 from appliance.errors import ApplianceError
+from appliance.plugins import import_submodules
 
 if TYPE_CHECKING:
     from appliance.catalog import Catalog, ModelSpec
@@ -44,10 +43,7 @@ def _discover() -> None:
     global _discovered
     if not _discovered:
         _discovered = True
-        package = importlib.import_module("appliance.engine")
-        for module in pkgutil.iter_modules(package.__path__):
-            if module.name.endswith(MODULE_SUFFIX):
-                importlib.import_module(f"appliance.engine.{module.name}")
+        import_submodules("appliance.engine", suffix=MODULE_SUFFIX)
 
 
 def backend_names() -> list[str]:

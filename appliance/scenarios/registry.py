@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -24,6 +23,7 @@ from rich.console import Console
 
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir, scenarios_dir
+from appliance.plugins import import_submodules
 from appliance.scenarios.base import Family
 from appliance.store import Store
 
@@ -45,6 +45,13 @@ class LoadRequest:
     seed: int
     #: for sources stored in the database (instance sets); None where no store is open
     store: Store | None
+
+    def folder(self) -> Path:
+        """The folder to read: SOURCE where one is given, else the family's own data folder."""
+        folder = Path(self.source) if self.source else self.data_folder
+        if not folder.is_dir():
+            raise ApplianceError(f"scenario '{self.spec}': data folder {folder} not found")
+        return folder
 
 
 @dataclass(frozen=True)
@@ -136,10 +143,7 @@ def discover() -> None:
     if _discovered:
         return
     _discovered = True
-    package = importlib.import_module("appliance.scenarios")
-    for module in pkgutil.iter_modules(package.__path__):
-        if module.ispkg:
-            importlib.import_module(f"appliance.scenarios.{module.name}")
+    import_submodules("appliance.scenarios", packages_only=True)
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         point.load()
     for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_VARIABLE, "").split(","))):

@@ -7,8 +7,6 @@ of its variants are two-player. A new game is one module in this package.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.plugins import import_submodules
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
 
@@ -69,9 +68,7 @@ def _discover() -> None:
     global _discovered
     if not _discovered:
         _discovered = True
-        package = importlib.import_module("appliance.scenarios.clembench")
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"appliance.scenarios.clembench.{module.name}")
+        import_submodules("appliance.scenarios.clembench")
 
 
 def all_games() -> list[Game]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.errors import ApplianceError
 from appliance.scenarios.pingpong.family import DESCRIPTION, PingPongFamily
 from appliance.scenarios.pingpong.importer import import_settings
 from appliance.scenarios.pingpong.render import print_leaderboard
@@ -14,9 +13,7 @@ from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, L
 
 def load(request: LoadRequest) -> PingPongFamily:
     """`pingpong` plays our cards; `pingpong:FOLDER` an imported folder, with our prompts unless it has its own."""
-    data = Path(request.source) if request.source else request.data_folder
-    if not data.is_dir():
-        raise ApplianceError(f"scenario '{request.spec}': data folder {data} not found")
+    data = request.folder()
     family = PingPongFamily.load(data, request.judges_folder, prompts_folder=request.data_folder)
     family.name = request.spec
     return family

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.errors import ApplianceError
 from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, LoadRequest, register_family
 from appliance.scenarios.simulatebench.family import DESCRIPTION, SimulateBenchFamily
 from appliance.scenarios.simulatebench.importer import import_simulatebench
@@ -14,9 +13,7 @@ from appliance.scenarios.simulatebench.report import ConsistencyReport, build_co
 
 def load(request: LoadRequest) -> SimulateBenchFamily:
     """`simulatebench` plays our profiles; `simulatebench:FOLDER` an imported folder."""
-    data = Path(request.source) if request.source else request.data_folder
-    if not data.is_dir():
-        raise ApplianceError(f"scenario '{request.spec}': data folder {data} not found")
+    data = request.folder()
     family = SimulateBenchFamily.load(data, prompts_folder=request.data_folder)
     family.name = request.spec
     return family

@@ -21,7 +21,7 @@ from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed, pair_label
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
-from appliance.scenarios.base import Instance, JudgedFamily, SupportRole
+from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, SupportRole
 from appliance.scenarios.simulbench.scripts import (
     DialogueTurn,
     TestScript,
@@ -83,7 +83,7 @@ class CompareInstance(ScriptInstance):
         return {**super().describe(), "stage": "compare"}
 
 
-class _Stage(JudgedFamily):
+class _Stage(ScenarioFamily):
     """What every stage shares: the family's name, data files and settings."""
 
     description = "a stage of SimulBench"
@@ -145,9 +145,6 @@ class CollectStage(_SimulatorStage):
         ctx.metadata["strategies"] = [turn.strategy for turn in turns[1:]]
         ctx.metadata["agent_failures"] = failures
 
-    async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        """Collection has no verdicts."""
-
 
 async def collect_dialogue(
     ctx: EpisodeContext, settings: SimulBenchSettings, task: SimulBenchTask, max_turns: int
@@ -190,7 +187,7 @@ async def next_request(
     return None, AGENT_ATTEMPTS
 
 
-class ExtractStage(_SimulatorStage):
+class ExtractStage(_SimulatorStage, JudgedFamily):
     """Not rescored by `appliance score`: the scripts it extracts define what the later stages evaluate."""
 
     def __init__(
@@ -242,7 +239,7 @@ class ExtractStage(_SimulatorStage):
         ctx.metadata["scripts"] = [script.model_dump(mode="json") for script in scripts]
 
 
-class EvaluateStage(_Stage):
+class EvaluateStage(_Stage, JudgedFamily):
     judge_template = "simulbench_rating"
     calibrated_metric = "rating"
 
@@ -309,7 +306,7 @@ class EvaluateStage(_Stage):
         ctx.scores.extend(rating_scores(ctx.judgments, panel=panel, player=ctx.model_for("player")))
 
 
-class CompareStage(_Stage):
+class CompareStage(_Stage, JudgedFamily):
     judge_template = "pairwise_preference"
 
     def __init__(
