@@ -329,3 +329,16 @@ def test_score_adds_a_panel_and_applies_its_calibration(tiny_run: TinyRun, tmp_p
     assert board["calibration"]["calibration_id"] == calibration_id and board["panels"] == ["gemma3", "smollm2"]
     assert board["rows"][0]["calibrated_final"] == pytest.approx(row[1])
     assert_clean_error(cli("report", run_id, "--panel", "nobody", "--db", str(db)), "--panel", "nobody")
+
+
+@pytest.mark.real_model
+def test_export_of_a_real_run_reads_back_with_every_message(tiny_run: TinyRun, tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    result = cli("export", "--format", "parquet", "--out", str(out), "--db", str(tiny_run.db))
+    assert result.returncode == 0, result.stderr
+    with duckdb.connect(str(tiny_run.db), read_only=True) as con:
+        stored = con.execute("SELECT speaker, text FROM messages ORDER BY episode_id, idx").fetchall()
+        exported = con.sql(f"SELECT speaker, text FROM read_parquet('{out / 'messages.parquet'}')").fetchall()
+        verdicts = con.sql(f"SELECT count(*) FROM read_parquet('{out / 'judgments.parquet'}')").fetchall()
+    assert exported == stored and len(stored) > 0
+    assert verdicts == [(len(stored) // 2 * 4,)]  # three criteria and the refusal flag per player turn

@@ -1,4 +1,4 @@
-"""`appliance`: run, report, models, scenarios, import.
+"""`appliance`: run, report, export, models, scenarios, import.
 
 Exit codes: 0 success, 1 a regression gate failed, 2 bad input or
 configuration (one line on stderr, no traceback), 130 interrupted.
@@ -196,6 +196,31 @@ def report(
         return
     for scenario_report in reports:
         scenario_report.render(console)
+
+
+@app.command()
+def export(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    export_format: Annotated[str, typer.Option("--format", help="parquet | jsonl | csv")] = "parquet",
+    out: Annotated[Path | None, typer.Option(help="folder to write (default: ./export-RUN_ID)")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a run's episodes, messages, judgments and scores as files with stable column names."""
+    from appliance.store.export import export_run
+
+    with Store.open(db, read_only=True) as store:
+        resolved = run_id or store.latest_run_id()
+        if resolved is None:
+            raise ApplianceError(f"{store.path}: no runs stored yet")
+        folder = out or Path(f"export-{resolved}")
+        written = export_run(store, resolved, folder, export_format)
+    if as_json:
+        print(json.dumps([{"table": f.table, "path": str(f.path), "rows": f.rows} for f in written]))
+        return
+    for exported in written:
+        console.print(f"{exported.table}: {exported.rows} rows -> {exported.path}")
+    console.print(f"run record -> {folder / 'run.json'}")
 
 
 @app.command()
