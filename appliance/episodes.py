@@ -56,6 +56,9 @@ class EpisodeContext:
     force_greedy: bool = False
     #: a cap on conversation turns that families with turn counts respect
     max_turns: int | None = None
+    #: what request seeds derive from besides the run seed: the episode's identity without the run id
+    #: (family, instance, pairing), so two runs with the same seed sample the same (default: episode_id)
+    seed_key: str = ""
     messages: list[MessageRecord] = field(default_factory=list)
     judgments: list[JudgmentRecord] = field(default_factory=list)
     scores: list[ScoreRecord] = field(default_factory=list)
@@ -86,7 +89,8 @@ class EpisodeContext:
         binding = self.roles[f"{role}:{model}" if model is not None else role]
         target = binding.model
         self._request_count += 1
-        seed_layer = Sampling(seed=derive_seed(self.seed, self.episode_id, role, target, self._request_count))
+        identity = self.seed_key or self.episode_id
+        seed_layer = Sampling(seed=derive_seed(self.seed, identity, role, target, self._request_count))
         greedy = Sampling(temperature=0.0) if self.force_greedy else None
         resolved = ResolvedSampling.from_layers(
             seed_layer, binding.model_sampling, sampling, binding.role_override, greedy

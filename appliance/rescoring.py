@@ -15,11 +15,11 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, derive_seed
+from appliance.episodes import EpisodeContext, derive_seed, pair_label
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.roles import BackendFactory, episode_roles
-from appliance.runner import RunConfig, prepare_phase, run_phases
+from appliance.runner import RunConfig, episode_seed_key, prepare_phase, run_phases
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
@@ -105,6 +105,9 @@ def rescore_run(
                 scheduler=scheduler,
                 roles=episode_roles(catalog, episode.player, episode.partner, {}, panel.judges),
                 messages=list(episode.messages),
+                seed_key=episode_seed_key(
+                    episode.family.name, episode.instance.id, pair_label(episode.player, episode.partner)
+                ),
             )
             async with limiter:
                 await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)

@@ -149,6 +149,11 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
     return planned
 
 
+def episode_seed_key(scenario: str, instance_id: str, label: str) -> str:
+    """An episode's identity across runs (its id without the run id): request seeds derive from it."""
+    return f"{scenario}:{instance_id}:{label}"
+
+
 def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
     names = list(config.players)
     supporting = support_role_models(config)
@@ -336,6 +341,7 @@ class Runner:
             roles=episode_roles(self.catalog, planned.player, planned.partner, support, config.panel.judges),
             force_greedy=config.greedy,
             max_turns=turns_for(config, planned.family),
+            seed_key=episode_seed_key(planned.family.name, planned.instance.id, planned.label),
         )
         started_at = datetime.now(UTC).replace(tzinfo=None)
         clock = time.perf_counter()

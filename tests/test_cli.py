@@ -342,3 +342,26 @@ def test_export_of_a_real_run_reads_back_with_every_message(tiny_run: TinyRun, t
         verdicts = con.sql(f"SELECT count(*) FROM read_parquet('{out / 'judgments.parquet'}')").fetchall()
     assert exported == stored and len(stored) > 0
     assert verdicts == [(len(stored) // 2 * 4,)]  # three criteria and the refusal flag per player turn
+
+
+@pytest.mark.real_model
+def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tmp_path: Path) -> None:
+    """Request seeds derive from the episode's identity, not from the run id: a nightly comparison of
+    two runs compares the same conversations. Sampled, not greedy: player 0.6, interrogator 0.8."""
+
+    def run(name: str, seed: str) -> tuple[list[tuple[str, str]], list[tuple[str, float, str]]]:
+        db = tmp_path / f"{name}.duckdb"
+        common = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "1", "--turns", "2"]
+        result = cli("run", "--scenario", "pingpong", *common, "--seed", seed, "--db", str(db))
+        assert result.returncode == 0, result.stderr[-2000:]
+        with duckdb.connect(str(db), read_only=True) as con:
+            messages = con.execute("SELECT speaker, text FROM messages ORDER BY episode_id, idx").fetchall()
+            verdicts = con.execute(
+                "SELECT criterion, score, raw_text FROM judgments ORDER BY episode_id, target_idx, criterion"
+            ).fetchall()
+        return messages, verdicts
+
+    first, again, other = run("first", "7"), run("again", "7"), run("other", "8")
+    assert first[0] and first[1]
+    assert again == first
+    assert other[0] != first[0], "another seed samples other conversations"
