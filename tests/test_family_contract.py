@@ -11,13 +11,14 @@ import pytest
 from rich.console import Console
 
 from appliance.catalog import load_catalog
+from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import get_panel
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import build_scenario_report, family_entry, family_names, load_family
 from appliance.scenarios.base import JudgedFamily
 from appliance.store import Store
-from tests.fakes import scripted_factory, shortest_match
+from tests.fakes import FREE_TEXT, scripted_factory, shortest_match
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYERS = ["smollm2-135m", "gemma3-270m"]
@@ -67,3 +68,41 @@ def test_the_mock_model_answers_every_grammar_the_appliance_writes() -> None:
     )
     assert shortest_match(grammar) == '{"strategy": "flaw", "request": "y"}'
     assert shortest_match('root ::= "{\\"score\\": " value "}"\nvalue ::= [1-9] | "10"') == '{"score": 1}'
+
+
+def seed_echo(model: str, request: GenerationRequest) -> str:
+    """Free text that names the request's seed: transcripts then differ wherever seeds differ."""
+    if request.grammar:
+        return shortest_match(request.grammar)
+    return f"{FREE_TEXT} (seed {request.sampling.seed})"
+
+
+def _transcripts(db: Path, name: str, seed: int) -> list[tuple[str, str, str]]:
+    catalog = load_catalog(REPO / "models.toml")
+    config = RunConfig(
+        scenarios=[name],
+        players=PLAYERS,
+        interrogator=PLAYERS[0],
+        panel=get_panel(REPO / "judges" / "panels.toml", "default"),
+        seed=seed,
+        limit=family_entry(name).quick_limit,
+        models_file=str(catalog.source),
+    )
+    with Store.open(db) as store:
+        summary = Runner(catalog, store, scripted_factory(seed_echo)).execute(
+            config, [load_family(name, seed=seed, store=store)]
+        )
+        rows = store.query(
+            "SELECT e.instance_id || ':' || e.player, m.speaker, m.text FROM messages m "
+            "JOIN episodes e USING (episode_id) WHERE e.run_id = ? ORDER BY e.instance_id, e.player, m.idx",
+            [summary.run_id],
+        )
+    return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+
+@pytest.mark.parametrize("name", family_names())
+def test_every_family_samples_from_seeds_that_do_not_depend_on_the_run(name: str, tmp_path: Path) -> None:
+    first = _transcripts(tmp_path / "first.duckdb", name, seed=11)
+    assert any("(seed " in text for _, _, text in first), f"{name}: no free-text request was sampled"
+    assert _transcripts(tmp_path / "again.duckdb", name, seed=11) == first
+    assert _transcripts(tmp_path / "other.duckdb", name, seed=12) != first
