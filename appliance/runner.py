@@ -96,11 +96,18 @@ def new_run_id() -> str:
 
 
 def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
-    return config.limits.get(family.name.partition(":")[0], config.limit)
+    """The family's quick-suite limit where the run has one, else the run's."""
+    return config.limits.get(_registered_name(family), config.limit)
 
 
 def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
-    return config.turn_caps.get(family.name.partition(":")[0], config.turns)
+    """The family's quick-suite turn cap where the run has one, else the run's."""
+    return config.turn_caps.get(_registered_name(family), config.turns)
+
+
+def _registered_name(family: ScenarioFamily) -> str:
+    """`pingpong` for a stage named `pingpong:imported/pingpong`: per-family settings are keyed by it."""
+    return family.name.partition(":")[0]
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:

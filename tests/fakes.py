@@ -42,10 +42,6 @@ def one(connection: Any, sql: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def text_of(request: GenerationRequest) -> str:
-    return "\n".join(message.content for message in request.messages)
-
-
 def default_reply(model: str, request: GenerationRequest) -> str:
     return shortest_match(request.grammar) if request.grammar else FREE_TEXT
 

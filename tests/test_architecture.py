@@ -207,7 +207,7 @@ def _toy_convert(item: games.PublishedItem) -> tuple[str, dict[str, Any]]:
 def test_a_new_clembench_game_is_one_record(monkeypatch: pytest.MonkeyPatch) -> None:
     known = games.variant_names()  # discovery first, so the toy game only adds itself
     game = games.Game(name="echo", play=_toy_play, generate=_toy_generate, convert=_toy_convert, order=99)
-    monkeypatch.setitem(games._GAMES, "echo", game)
+    monkeypatch.setitem(games.GAMES.entries, "echo", game)
     assert games.variant_names() == [*known, "echo"]
     generated = generate_instance_set(REPO / "scenarios" / "clembench", seed=3, per_experiment=2)
     toy = [i for i in generated.instances if i.game == "echo"]
@@ -229,7 +229,7 @@ def test_a_new_backend_is_one_registered_opener(monkeypatch: pytest.MonkeyPatch,
     def open_echo(catalog: Catalog, spec: ModelSpec, parallel: int) -> Backend:
         return ScriptedBackend(spec.name, lambda request: "echo")
 
-    monkeypatch.setitem(backend_registry._OPENERS, "echo", open_echo)
+    monkeypatch.setitem(backend_registry.BACKENDS.entries, "echo", open_echo)
     models = tmp_path / "models.toml"
     models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\n')
     catalog = load_catalog(models)

@@ -22,7 +22,6 @@ from appliance.cli.options import (
     load_models,
     load_panel,
 )
-from appliance.errors import ApplianceError
 from appliance.paths import judges_dir
 from appliance.store import Store
 
@@ -218,9 +217,7 @@ def score(
     catalog = load_models(models)
     chosen = load_panel(panel, catalog)
     with Store.open(db) as store, _progress("episodes", as_json) as progress:
-        resolved = run_id or store.latest_run_id()
-        if resolved is None:
-            raise ApplianceError(f"{store.path}: no runs stored yet")
+        resolved = store.resolve_run_id(run_id)
         task = progress.add_task("judging", total=None)
         summary = rescore_run(
             store,

@@ -186,9 +186,7 @@ def report(
 ) -> None:
     """Print the leaderboard of a stored run with 95% bootstrap intervals."""
     with Store.open(db, read_only=True) as store:
-        resolved = run_id or store.latest_run_id()
-        if resolved is None:
-            raise ApplianceError(f"{store.path}: no runs stored yet")
+        resolved = store.resolve_run_id(run_id)
         scenarios = store.run(resolved)["config"]["scenarios"]
         reports = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
     if as_json:
@@ -210,9 +208,7 @@ def export(
     from appliance.store.export import export_run
 
     with Store.open(db, read_only=True) as store:
-        resolved = run_id or store.latest_run_id()
-        if resolved is None:
-            raise ApplianceError(f"{store.path}: no runs stored yet")
+        resolved = store.resolve_run_id(run_id)
         folder = out or Path(f"export-{resolved}")
         written = export_run(store, resolved, folder, export_format)
     if as_json:

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appliance.engine.backend import Backend
-from appliance.errors import ApplianceError
-from appliance.plugins import import_submodules
+from appliance.plugins import Registry, import_submodules
 
 if TYPE_CHECKING:
     from appliance.catalog import Catalog, ModelSpec
@@ -22,38 +21,19 @@ if TYPE_CHECKING:
 BackendOpener = Callable[["Catalog", "ModelSpec", int], Backend]
 MODULE_SUFFIX = "_backend"
 
-_OPENERS: dict[str, BackendOpener] = {}
-_discovered = False
+BACKENDS: Registry[BackendOpener] = Registry(
+    "backend", lambda: import_submodules("appliance.engine", suffix=MODULE_SUFFIX)
+)
 
 
 def register_backend(name: str) -> Callable[[BackendOpener], BackendOpener]:
     """Decorate a backend module's opener: `@register_backend("llama_cpp")`."""
-
-    def register(opener: BackendOpener) -> BackendOpener:
-        known = _OPENERS.get(name)
-        if known is not None and known is not opener:
-            raise ApplianceError(f"backend '{name}' is registered twice")
-        _OPENERS[name] = opener
-        return opener
-
-    return register
-
-
-def _discover() -> None:
-    global _discovered
-    if not _discovered:
-        _discovered = True
-        import_submodules("appliance.engine", suffix=MODULE_SUFFIX)
+    return lambda opener: BACKENDS.add(name, opener)
 
 
 def backend_names() -> list[str]:
-    _discover()
-    return sorted(_OPENERS)
+    return sorted(BACKENDS.known())
 
 
 def backend_opener(name: str) -> BackendOpener:
-    _discover()
-    opener = _OPENERS.get(name)
-    if opener is None:
-        raise ApplianceError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
-    return opener
+    return BACKENDS.get(name)

@@ -125,8 +125,3 @@ class StagedFamily(ABC):
 
 #: what a family's loader returns: a family played in one go, or one played in stages
 Family = ScenarioFamily | StagedFamily
-
-
-def judge_template_of(stage: ScenarioFamily) -> str | None:
-    """The calibratable judge template of a stage, if it has one."""
-    return stage.judge_template if isinstance(stage, JudgedFamily) else None

@@ -1,7 +1,7 @@
 """The families the appliance knows: each registers itself, nothing here lists them.
 
 A family package under `appliance/scenarios/` calls `register_family` when it
-is imported; `discover()` imports every such package, then the modules that
+is imported; the first lookup imports every such package, then the modules that
 installed packages declare under the `appliance.families` entry point group,
 then those named in $APPLIANCE_FAMILIES (comma-separated module names). The
 runner, reports, renderers, `scenarios list`, `import` and the default suite
@@ -23,7 +23,7 @@ from rich.console import Console
 
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir, scenarios_dir
-from appliance.plugins import import_submodules
+from appliance.plugins import Registry, import_submodules
 from appliance.scenarios.base import Family
 from appliance.store import Store
 
@@ -119,30 +119,8 @@ class FamilyEntry(Generic[ReportT]):
         return configured if configured.is_absolute() else scenarios_dir() / configured
 
 
-_FAMILIES: dict[str, FamilyEntry[Any]] = {}
-_discovered = False
-
-
-def register_family(entry: FamilyEntry[ReportT]) -> FamilyEntry[ReportT]:
-    """Make a family known; registering another family under a taken name is an error."""
-    known = _FAMILIES.get(entry.name)
-    if known is not None and known is not entry:
-        raise ApplianceError(f"scenario family '{entry.name}' is registered twice")
-    _FAMILIES[entry.name] = entry
-    return entry
-
-
-def unregister_family(name: str) -> None:
-    """For tests that register an example family for a while."""
-    _FAMILIES.pop(name, None)
-
-
-def discover() -> None:
-    """Import every family package, entry point and $APPLIANCE_FAMILIES module once."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
+def _discover() -> None:
+    """Import every family package, entry point and $APPLIANCE_FAMILIES module."""
     import_submodules("appliance.scenarios", packages_only=True)
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         point.load()
@@ -153,9 +131,17 @@ def discover() -> None:
             raise ApplianceError(f"${PLUGINS_VARIABLE}: cannot import family module '{name}' ({error})") from None
 
 
+FAMILIES: Registry[FamilyEntry[Any]] = Registry("scenario family", _discover)
+
+
+def register_family(entry: FamilyEntry[ReportT]) -> FamilyEntry[ReportT]:
+    """Make a family known; registering another family under a taken name is an error."""
+    FAMILIES.add(entry.name, entry)
+    return entry
+
+
 def families() -> list[FamilyEntry[Any]]:
-    discover()
-    return sorted(_FAMILIES.values(), key=lambda entry: (entry.order, entry.name))
+    return sorted(FAMILIES.known().values(), key=lambda entry: (entry.order, entry.name))
 
 
 def family_names() -> list[str]:
@@ -164,12 +150,8 @@ def family_names() -> list[str]:
 
 def family_entry(spec: str) -> FamilyEntry[Any]:
     """The entry of `NAME` or `NAME:SOURCE`."""
-    discover()
     name = spec.partition(":")[0]
-    entry = _FAMILIES.get(name)
-    if entry is None:
-        raise ApplianceError(f"unknown scenario '{name}' (known: {', '.join(family_names())})")
-    return entry
+    return FAMILIES.get(name, f"unknown scenario '{name}'")
 
 
 def load_family(

@@ -71,9 +71,8 @@ def export_run(store: Store, run_id: str, out: Path, export_format: str) -> list
     written = []
     for table, select in TABLES.items():
         path = out / f"{table}.{export_format}"
-        store.connection.execute(f"COPY ({select}) TO '{_quoted(path)}' ({options})", [run_id])
-        rows = store.query(f"SELECT count(*) FROM ({select})", [run_id])[0][0]
-        written.append(ExportedFile(table, path, int(rows)))
+        copied = store.query(f"COPY ({select}) TO '{_quoted(path)}' ({options})", [run_id])
+        written.append(ExportedFile(table, path, int(copied[0][0])))  # COPY answers with its row count
     record = {key: (str(value) if key in ("started_at", "finished_at") else value) for key, value in run.items()}
     (out / "run.json").write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
     return written

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from appliance.store.store import Store
@@ -83,10 +82,6 @@ class RunView:
         if self._stored_run is None:
             self._stored_run = self._store.run(self.run_id)
         return self._stored_run
-
-    @property
-    def store_path(self) -> Path:
-        return self._store.path
 
     @property
     def status(self) -> str:

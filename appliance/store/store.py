@@ -284,6 +284,13 @@ class Store:
         row = self.connection.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
         return str(row[0]) if row else None
 
+    def resolve_run_id(self, run_id: str | None) -> str:
+        """`run_id` itself, or the latest run where none is given; a clear error on an empty store."""
+        resolved = run_id or self.latest_run_id()
+        if resolved is None:
+            raise ApplianceError(f"{self.path}: no runs stored yet (run 'appliance run' first)")
+        return resolved
+
     def run(self, run_id: str) -> dict[str, Any]:
         row = self.connection.execute(
             "SELECT run_id, started_at, finished_at, status, seed, config, wall_s FROM runs WHERE run_id = ?",

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import ApplianceError
-from appliance.plugins import import_submodules
+from appliance.plugins import Registry, import_submodules
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
 
@@ -51,30 +50,20 @@ class Game:
         return self.variants or (self.name,)
 
 
-_GAMES: dict[str, Game] = {}
-_discovered = False
+#: every playable variant -> its game (a game registers under each of its variants)
+GAMES: Registry[Game] = Registry("game", lambda: import_submodules("appliance.scenarios.clembench"))
 
 
 def register_game(game: Game) -> Game:
     for variant in game.plays():
-        known = _GAMES.get(variant)
-        if known is not None and known is not game:
-            raise ApplianceError(f"clembench game '{variant}' is registered twice")
-        _GAMES[variant] = game
+        GAMES.add(variant, game)
     return game
-
-
-def _discover() -> None:
-    global _discovered
-    if not _discovered:
-        _discovered = True
-        import_submodules("appliance.scenarios.clembench")
 
 
 def all_games() -> list[Game]:
     """Every game once, in play order."""
-    _discover()
-    return sorted({id(g): g for g in _GAMES.values()}.values(), key=lambda g: (g.order, g.name))
+    unique = {id(game): game for game in GAMES.known().values()}
+    return sorted(unique.values(), key=lambda game: (game.order, game.name))
 
 
 def variant_names() -> list[str]:
@@ -83,17 +72,9 @@ def variant_names() -> list[str]:
 
 
 def game_of(variant: str) -> Game:
-    _discover()
-    game = _GAMES.get(variant)
-    if game is None:
-        raise ApplianceError(f"unknown game '{variant}' (known: {', '.join(variant_names())})")
-    return game
+    return GAMES.get(variant)
 
 
 def game_of_folder(folder: str) -> Game:
     """The game that converts a published `<folder>/instances.json`."""
-    _discover()
-    game = _GAMES.get(folder)
-    if game is None:
-        raise ApplianceError(f"{folder}: not a game the appliance plays (known: {', '.join(variant_names())})")
-    return game
+    return GAMES.get(folder, f"{folder}: not a game the appliance plays")

@@ -5,14 +5,15 @@ Registered in one place: loader, payoff report and its renderer.
 
 from __future__ import annotations
 
-from appliance.scenarios.deepeval.family import DESCRIPTION, DeepEvalFamily, load_deepeval
+from appliance.scenarios.deepeval.family import DESCRIPTION, DeepEvalData, DeepEvalFamily
 from appliance.scenarios.deepeval.render import print_deepeval_report
 from appliance.scenarios.deepeval.report import DeepEvalReport, build_deepeval_report
 from appliance.scenarios.registry import FamilyEntry, LoadRequest, register_family
 
 
 def load(request: LoadRequest) -> DeepEvalFamily:
-    return load_deepeval(request.spec, request.data_folder, request.judges_folder, seed=request.seed)
+    """`deepeval` (our data) or `deepeval:FOLDER`, a folder with the same files (e.g. other problems)."""
+    return DeepEvalFamily(request.spec, DeepEvalData(request.folder(), request.judges_folder, request.seed))
 
 
 ENTRY = register_family(

@@ -166,12 +166,3 @@ class DeepEvalFamily(StagedFamily):
     def stages(self) -> list[ScenarioFamily]:
         """The waves; the first plays every task's first repetitions."""
         return list(self._stages)
-
-
-def load_deepeval(spec: str, data_folder: Path, judges_folder: Path, *, seed: int) -> DeepEvalFamily:
-    """`deepeval` (our data) or `deepeval:FOLDER`, a folder with the same files (e.g. other problems)."""
-    _, _, source = spec.partition(":")
-    folder = Path(source) if source else data_folder
-    if not folder.is_dir():
-        raise ApplianceError(f"scenario '{spec}': data folder {folder} not found")
-    return DeepEvalFamily(spec, DeepEvalData(folder, judges_folder, seed))

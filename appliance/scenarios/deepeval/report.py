@@ -10,8 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from appliance.paths import judges_dir, scenarios_dir
-from appliance.scenarios.deepeval.family import DeepEvalData, load_deepeval
+from appliance.scenarios.deepeval.family import DeepEvalData, DeepEvalFamily
 from appliance.scenarios.deepeval.payoffs import (
     interval,
     metric_samples,
@@ -19,6 +18,7 @@ from appliance.scenarios.deepeval.payoffs import (
     task_of,
     within_tolerance,
 )
+from appliance.scenarios.registry import load_family
 from appliance.store import Store
 from appliance.store.run_view import RunView
 
@@ -66,7 +66,9 @@ class DeepEvalReport(BaseModel):
 def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> DeepEvalReport:
     run = RunView(store, run_id, scenario)
     panel_name = panel or run.panel
-    data = load_deepeval(scenario, scenarios_dir() / "deepeval", judges_dir(), seed=int(run.config["seed"])).data
+    family = load_family(scenario, seed=int(run.config["seed"]))
+    assert isinstance(family, DeepEvalFamily)
+    data = family.data
     rule = data.settings.repetitions
     samples = metric_samples(run, panel_name)
     payoffs = payoff_samples(samples, data.specs)

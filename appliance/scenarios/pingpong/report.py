@@ -69,9 +69,7 @@ def length_factor(model_median: float | None, global_median: float | None) -> fl
 def build_leaderboard(
     store: Store, run_id: str | None = None, scenario: str = "pingpong", panel: str | None = None
 ) -> PingPongLeaderboard:
-    run_id = run_id or store.latest_run_id()
-    if run_id is None:
-        raise ApplianceError(f"{store.path}: no runs stored yet (run 'appliance run' first)")
+    run_id = store.resolve_run_id(run_id)
     run = RunView(store, run_id, scenario)
     panels = run.scored_panels()
     panel = panel or run.panel
