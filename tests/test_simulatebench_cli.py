@@ -25,10 +25,11 @@ def test_simulatebench_run_reports_ca_and_rcov(tmp_path: Path) -> None:
     (report,) = json.loads(result.stdout)["leaderboards"]
     (row,) = report["rows"]
     assert row["model"] == "smollm2-135m" and row["profiles"] == 2 and row["not_fitting"] == 0
-    assert 0.0 <= row["ca"] <= 1.0 and row["ca_ci"][0] <= row["ca"] <= row["ca_ci"][1]
+    assert 0.0 <= row["ca"] <= 1.0 and row["characters"] == 1 and row["ca_ci"] is None  # one character
     assert set(row["ca_by_part"]) == {"immutable", "social_role", "relationship"}
-    assert row["rcov"] is not None and row["rcov"] >= 0.0
-    assert len({v["field"] for v in row["variants"]}) == 2 and {v["character"] for v in row["variants"]} == {
+    ((field, value),) = row["rcov_by_field"].items()
+    assert value is not None and value >= 0.0
+    assert {v["field"] for v in row["variants"]} == {"base", field} and {v["character"] for v in row["variants"]} == {
         "ines-marlow"
     }
     with duckdb.connect(db, read_only=True) as con:

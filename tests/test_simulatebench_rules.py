@@ -19,7 +19,7 @@ from appliance.scenarios import load_family
 from appliance.scenarios.simulatebench.answers import parse_choice
 from appliance.scenarios.simulatebench.family import ProfileInstance
 from appliance.scenarios.simulatebench.importer import import_simulatebench, parse_question, variant_label
-from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
+from appliance.scenarios.simulatebench.metrics import authors_answer_matches, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.perturb import CANDIDATES, all_text, perturb, variants
 from appliance.scenarios.simulatebench.profile import NOT_ENOUGH_INFORMATION, Profile, load_profiles
 from appliance.scenarios.simulatebench.report import build_consistency_report
@@ -59,20 +59,39 @@ def test_option_text_containing_another_prefers_the_longer_one() -> None:
     assert parse_choice("I teach the fourth grade.", options) == 0
 
 
-def test_ca_weights_answerable_and_unanswerable_equally() -> None:
-    # 8 answerable questions all right, 2 "not enough information" questions both wrong
-    results = [(True, True)] * 8 + [(False, False)] * 2
-    assert consistency_accuracy(results) == pytest.approx(0.5)
-    # plain accuracy would reward always claiming ignorance on an ignorance-heavy set; CA does not
-    always_ignorant = [(True, False)] * 2 + [(False, True)] * 8
-    assert consistency_accuracy(always_ignorant) == pytest.approx(0.5)
-    assert consistency_accuracy([(True, True), (True, False)]) == pytest.approx(0.5)
+def test_ca_is_the_authors_weighted_mean_on_hand_computed_data() -> None:
+    # type a: 3 answerable (2 right), 1 unanswerable (right); type b: 4 answerable (1 right), 2 unanswerable (0 right)
+    results = [("a", True, True)] * 2 + [("a", True, False), ("a", False, True)]
+    results += [("b", True, True)] + [("b", True, False)] * 3 + [("b", False, False)] * 2
+    # n_a / N = 4/10, n_b / N = 6/10
+    answerable = 0.4 * (2 / 3) + 0.6 * (1 / 4)
+    unanswerable = 0.4 * 1.0 + 0.6 * 0.0
+    assert consistency_accuracy(results) == pytest.approx(0.9 * answerable + 0.1 * unanswerable)
+    # a type without "not enough information" questions counts its answerable accuracy for both kinds
+    assert consistency_accuracy([("a", True, True), ("a", True, False)]) == pytest.approx(0.5)
+    # claiming ignorance everywhere earns at most the 0.1 share
+    assert consistency_accuracy([("a", True, False)] * 8 + [("a", False, True)] * 2) == pytest.approx(0.1)
     assert consistency_accuracy([]) is None
 
 
-def test_rcov() -> None:
+@pytest.mark.parametrize(
+    ("gold", "answer", "expected"),
+    [
+        ("Homer Simpson", "homer simpson", True),
+        ("Homer Simpson", "My name is Homer Simpson!", True),  # the gold answer inside the reply
+        ("65 or above", "65", True),  # the reply inside the gold answer: the authors' test is generous
+        ("65 or above", "", True),
+        ("45-54", "55-64", False),
+    ],
+)
+def test_authors_answer_test(gold: str, answer: str, expected: bool) -> None:
+    assert authors_answer_matches(gold, answer) is expected
+
+
+def test_rcov_is_sample_std_over_mean_in_percent() -> None:
     assert rcov([0.5, 0.5, 0.5]) == 0.0
-    assert rcov([0.4, 0.6]) == pytest.approx(0.1 / 0.5)
+    # mean 0.5, sample std sqrt(((0.1)^2 + (0.1)^2) / 1) = 0.1414
+    assert rcov([0.4, 0.6]) == pytest.approx(0.1414213562 / 0.5 * 100)
     assert rcov([0.7]) is None
 
 
@@ -201,9 +220,10 @@ def test_scripted_run_scores_ca_and_rcov(tmp_path: Path) -> None:
     assert summary.episodes_finished == 12  # 6 characters x (base + 1 variant)
     (row,) = report.rows
     # the scripted player gets every answerable question right and every unanswerable one wrong (it refuses)
-    assert row.ca == pytest.approx(0.5)
+    assert row.ca == pytest.approx(0.9)
+    assert row.characters == 6 and row.ca_ci is not None
     assert row.unparsed_answers > 0 and row.not_fitting == 0
-    assert row.rcov == pytest.approx(0.0)
+    assert row.rcov_by_field and all(value == pytest.approx(0.0) for value in row.rcov_by_field.values())
     assert {"character", "variant", "field"} <= set(stored)
 
 

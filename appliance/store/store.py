@@ -191,10 +191,8 @@ class Store:
             self._insert_verdicts(episode_id, run_id, judgments, scores)
 
     def _insert_messages(self, episode: EpisodeRecord) -> None:
-        if not episode.messages:
-            return
-        self.connection.executemany(
-            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._insert_rows(
+            "INSERT INTO messages VALUES",
             [
                 [
                     episode.episode_id,
@@ -215,36 +213,42 @@ class Store:
     def _insert_verdicts(
         self, episode_id: str, run_id: str, judgments: Sequence[JudgmentRecord], scores: Sequence[ScoreRecord]
     ) -> None:
-        if judgments:
-            self.connection.executemany(
-                "INSERT INTO judgments (episode_id, panel, judge, mode, template, target_idx, criterion, score, "
-                "raw_text, parsed, order_swapped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._insert_rows(
+            "INSERT INTO judgments (episode_id, panel, judge, mode, template, target_idx, criterion, score, "
+            "raw_text, parsed, order_swapped) VALUES",
+            [
                 [
-                    [
-                        episode_id,
-                        j.panel,
-                        j.judge,
-                        j.mode,
-                        j.template,
-                        j.target_idx,
-                        j.criterion,
-                        j.score,
-                        j.raw_text,
-                        j.parsed,
-                        j.order_swapped,
-                    ]
-                    for j in judgments
-                ],
-            )
-        if scores:  # one multi-row statement: DuckDB's executemany costs a round trip per row
-            rows = [
+                    episode_id,
+                    j.panel,
+                    j.judge,
+                    j.mode,
+                    j.template,
+                    j.target_idx,
+                    j.criterion,
+                    j.score,
+                    j.raw_text,
+                    j.parsed,
+                    j.order_swapped,
+                ]
+                for j in judgments
+            ],
+        )
+        self._insert_rows(
+            "INSERT INTO scores (episode_id, run_id, panel, player, metric, value, calibrated_value, "
+            "calibration_id) VALUES",
+            [
                 [episode_id, run_id, s.panel, s.player, s.metric, s.value, s.calibrated_value, s.calibration_id]
                 for s in scores
-            ]
+            ],
+        )
+
+    def _insert_rows(self, insert: str, rows: Sequence[Sequence[Any]], chunk: int = 256) -> None:
+        """Multi-row INSERT statements: DuckDB's executemany costs a round trip per row."""
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            placeholder = "(" + ", ".join(["?"] * len(part[0])) + ")"
             self.connection.execute(
-                "INSERT INTO scores (episode_id, run_id, panel, player, metric, value, calibrated_value, "
-                "calibration_id) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows)),
-                [value for row in rows for value in row],
+                f"{insert} " + ", ".join([placeholder] * len(part)), [value for row in part for value in row]
             )
 
     def import_run(self, run: RunRecord, models: Sequence[ModelRecord], episodes: Sequence[EpisodeRecord]) -> bool:

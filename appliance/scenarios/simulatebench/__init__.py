@@ -9,6 +9,8 @@ from appliance.scenarios.simulatebench.family import DESCRIPTION, SimulateBenchF
 from appliance.scenarios.simulatebench.importer import import_simulatebench
 from appliance.scenarios.simulatebench.render import print_consistency
 from appliance.scenarios.simulatebench.report import ConsistencyReport, build_consistency_report
+from appliance.scenarios.simulatebench.results import import_published_answers
+from appliance.store import Store
 
 
 def load(request: LoadRequest) -> SimulateBenchFamily:
@@ -29,6 +31,16 @@ def import_profiles(request: ImportRequest) -> list[str]:
     ]
 
 
+def import_results(request: ImportRequest) -> list[str]:
+    with Store.open(request.db) as store:
+        run_id, episodes, new = import_published_answers(store, request.path)
+    state = "imported" if new else "already imported"
+    return [
+        f"{state}: {episodes} episodes (model x character) of the authors' few-shot prompt 1 answers as run {run_id}",
+        f"see CA and RCoV with: appliance report {run_id}",
+    ]
+
+
 ENTRY = register_family(
     FamilyEntry[ConsistencyReport](
         name="simulatebench",
@@ -45,6 +57,12 @@ ENTRY = register_family(
                 path_help="SimulateBench's db folder (profile/ and benchmark_only_QA/)",
                 run=import_profiles,
                 options=frozenset({"out"}),
+            ),
+            Importer(
+                kind="simulatebench-results",
+                help="Import SimulateBench's published per-question answers as a run, scored with the authors' test.",
+                path_help="SimulateBench's db/benchmark folder (published answers)",
+                run=import_results,
             ),
         ),
         order=10,

@@ -31,6 +31,8 @@ from appliance.store.records import JudgmentRecord, ScoreRecord
 from appliance.tomlfile import read_toml
 
 PLAYER_SAMPLING = Sampling(temperature=0.0, max_tokens=32)
+#: RCoV is a standard deviation: three variants per field, with the base, give it four values
+VARIANTS_PER_FIELD = 3
 
 
 class Prompts(BaseModel):
@@ -79,17 +81,20 @@ class SimulateBenchFamily(ScenarioFamily):
         return cls(folder, load_profiles(folder), prompts, prompts_path)
 
     def instances(self) -> list[Instance]:
-        """Every profile; a base profile without published variants gets one generated variant per field."""
+        """Every profile; a base profile without published variants gets generated variants for each field."""
         has_variants = {p.base for p in self.profiles if p.base}
         chosen: list[Profile] = []
         for profile in self.profiles:
             chosen.append(profile)
             if profile.base is None and profile.id not in has_variants:
-                chosen.extend(variants(profile, per_field=1, seed=self.seed))
+                chosen.extend(variants(profile, per_field=VARIANTS_PER_FIELD, seed=self.seed))
         return [ProfileInstance(id=p.id, language=p.language, profile=p) for p in chosen]
 
     def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
-        """`--limit N`: per character, the base profile and N-1 seeded variants (robustness needs both)."""
+        """`--limit N`: per character, the base profile and N-1 seeded variants, taken field by field in turn.
+
+        RCoV is per field, so the variants are spread over the fields before any field gets a second one.
+        """
         if limit is None:
             return instances
         by_character: dict[str, list[ProfileInstance]] = defaultdict(list)
@@ -100,9 +105,20 @@ class SimulateBenchFamily(ScenarioFamily):
         for character in sorted(by_character):
             group = by_character[character]
             bases = [i for i in group if i.profile.base is None]
-            others = [i for i in group if i.profile.base is not None]
-            random.Random(f"{seed}/{character}").shuffle(others)
-            picked.extend([*bases, *others][:limit])
+            by_field: dict[str, list[ProfileInstance]] = defaultdict(list)
+            for instance in group:
+                if instance.profile.base is not None:
+                    by_field[instance.describe()["field"]].append(instance)
+            rng = random.Random(f"{seed}/{character}")
+            for field in sorted(by_field):
+                rng.shuffle(by_field[field])
+            in_turn = [
+                g[i]
+                for i in range(max(map(len, by_field.values()), default=0))
+                for g in by_field.values()
+                if i < len(g)
+            ]
+            picked.extend([*bases, *in_turn][:limit])
         return picked
 
     def data_files(self) -> list[Path]:
@@ -178,11 +194,10 @@ def shuffled_options(question: Question, character: str, seed: int) -> list[str]
 
 def profile_scores(results: list[tuple[Question, bool, bool]], player: str) -> list[ScoreRecord]:
     """CA overall and per part, plain accuracies by question kind, and the unparsed count."""
-    values: dict[str, float | None] = {
-        "ca": consistency_accuracy([(q.answerable, correct) for q, correct, _ in results]),
-    }
+    questions = [(q.part, q.answerable, correct) for q, correct, _ in results]
+    values: dict[str, float | None] = {"ca": consistency_accuracy(questions)}
     for part in PARTS:
-        values[f"ca_{part}"] = consistency_accuracy([(q.answerable, c) for q, c, _ in results if q.part == part])
+        values[f"ca_{part}"] = consistency_accuracy([q for q in questions if q[0] == part])
     answerable = [c for q, c, _ in results if q.answerable]
     unanswerable = [c for q, c, _ in results if not q.answerable]
     values["accuracy_answerable"] = sum(answerable) / len(answerable) if answerable else None

@@ -16,19 +16,19 @@ def print_consistency(console: Console, report: ConsistencyReport) -> None:
         title_justify="left",
     )
     fields = sorted({field for row in report.rows for field in row.rcov_by_field})
-    columns = ["model", "CA", "95% CI", "immutable", "social role", "relationship", "RCoV"]
-    columns += [f"RCoV {field}" for field in fields]
-    columns += ["profiles", "not fitting", "failed", "unparsed"]
+    columns = ["model", "CA", "95% CI", "immutable", "social role", "relationship"]
+    columns += [f"RCoV {field} %" for field in fields]
+    columns += ["characters", "profiles", "not fitting", "failed", "unparsed"]
     for column in columns:
         table.add_column(column, justify="left" if column == "model" else "right")
-    for row in report.rows:
+    for row in sorted(report.rows, key=lambda r: -1.0 if r.ca is None else r.ca, reverse=True):
         table.add_row(
             row.model,
             _number(row.ca),
             _interval(row.ca_ci),
             *(_number(row.ca_by_part.get(part)) for part in ("immutable", "social_role", "relationship")),
-            _number(row.rcov, 3),
-            *(_number(row.rcov_by_field.get(field), 3) for field in fields),
+            *(_number(row.rcov_by_field.get(field), 2) for field in fields),
+            str(row.characters),
             str(row.profiles),
             str(row.not_fitting),
             str(row.failed),
@@ -36,8 +36,10 @@ def print_consistency(console: Console, report: ConsistencyReport) -> None:
         )
     console.print(table)
     console.print(
-        "CA on base profiles = mean of the accuracy on answerable questions and on 'not enough information' "
-        "questions (interval: bootstrap over questions). RCoV = std / mean of CA over a character's base profile "
-        "and its variants, averaged over characters. Profiles longer than a model's context are counted as "
-        "not fitting, never truncated."
+        f"CA as SimulateBench computes it: per question type, 0.9 x accuracy on answerable + 0.1 x accuracy on "
+        f"'not enough information' questions, weighted by the type's share of questions; per character on its "
+        f"base profile, then averaged (interval: bootstrap over characters, none for one character). "
+        f"Answers judged by: {report.answer_test}. RCoV % = std (ddof 1) / mean x 100 of CA over a character's "
+        f"base profile and the variants of one field. Profiles longer than a model's context are counted as "
+        f"not fitting, never truncated."
     )

@@ -1,10 +1,11 @@
 """The SimulateBench report of a stored run: consistency (CA) and robustness (RCoV) per model.
 
-CA is computed on base profiles from the per-question verdicts (so its
-interval resamples questions); RCoV per character is the coefficient of
-variation of CA over the base profile and its variants, averaged over
-characters, overall and per perturbed field. Profiles that did not fit a
-model's context are counted, not scored.
+CA is the authors' weighted accuracy (`metrics.consistency_accuracy`), computed
+per character on its base profile and then averaged over characters; its
+interval resamples characters. RCoV is reported per perturbed field, never
+pooled: for each character, std (ddof 1) / mean x 100 of CA over the base
+profile and the variants of that field, then averaged over characters.
+Profiles that did not fit a model's context are counted, not scored.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ from __future__ import annotations
 from collections import defaultdict
 from statistics import fmean
 
-import numpy as np
 from pydantic import BaseModel
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.simulatebench.metrics import consistency_accuracy, rcov
+from appliance.scenarios.simulatebench.metrics import QuestionResult, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.profile import PARTS
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode
 
 OVERFLOW_MARK = "does not fit the context"
+#: how a free-text answer was judged right: our option parser, or the authors' containment test (imports)
+OPTION_PARSER = "option parser"
 
 
 class VariantResult(BaseModel):
@@ -36,13 +38,15 @@ class VariantResult(BaseModel):
 class ConsistencyRow(BaseModel):
     model: str
     profiles: int
+    characters: int
     not_fitting: int
     failed: int
+    #: mean over characters of each character's base-profile CA
     ca: float | None
     ca_ci: tuple[float, float] | None
     ca_by_part: dict[str, float | None]
     unparsed_answers: int
-    rcov: float | None
+    #: RCoV (%) per perturbed field, averaged over characters
     rcov_by_field: dict[str, float | None]
     variants: list[VariantResult]
 
@@ -51,6 +55,7 @@ class ConsistencyReport(BaseModel):
     run_id: str
     scenario: str
     status: str
+    answer_test: str
     rows: list[ConsistencyRow]
 
 
@@ -65,8 +70,11 @@ def build_consistency_report(store: Store, run_id: str, scenario: str, panel: st
         part, _, kind = verdict.criterion.partition("/")
         by_episode[verdict.episode_id].append((part, kind == "answerable", bool(verdict.score), verdict.parsed))
     players = sorted({episode.player for episode in episodes})
+    answer_tests = sorted({str(e.metadata.get("answer_test", OPTION_PARSER)) for e in episodes})
     rows = [_row(player, episodes, by_episode, seed) for seed, player in enumerate(players)]
-    return ConsistencyReport(run_id=run_id, scenario=scenario, status=run.status, rows=rows)
+    return ConsistencyReport(
+        run_id=run_id, scenario=scenario, status=run.status, answer_test=", ".join(answer_tests), rows=rows
+    )
 
 
 def _row(
@@ -79,59 +87,56 @@ def _row(
     not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
     failed = sum(1 for e in own if not e.finished) - not_fitting
     variants: list[VariantResult] = []
-    base_questions: list[tuple[str, bool, bool]] = []
+    base_results: dict[str, list[QuestionResult]] = {}
     unparsed = 0
     for episode in own:
         if not episode.finished:
             continue
-        episode_id, info = episode.episode_id, episode.metadata
-        results = by_episode.get(episode_id, [])
+        results = by_episode.get(episode.episode_id, [])
         unparsed += sum(1 for *_, parsed in results if not parsed)
-        variant = str(info.get("variant", "base"))
+        questions = [(part, answerable, correct) for part, answerable, correct, _ in results]
+        character = str(episode.metadata.get("character", episode.episode_id))
+        variant = str(episode.metadata.get("variant", "base"))
         variants.append(
             VariantResult(
-                character=str(info.get("character", episode_id)),
+                character=character,
                 variant=variant,
-                field=str(info.get("field", variant)),
-                ca=consistency_accuracy([(answerable, correct) for _, answerable, correct, _ in results]),
-                questions=len(results),
+                field=str(episode.metadata.get("field", variant)),
+                ca=consistency_accuracy(questions),
+                questions=len(questions),
             )
         )
         if variant == "base":
-            base_questions.extend((part, answerable, correct) for part, answerable, correct, _ in results)
-
-    def ca_of(rows: list[tuple[str, bool, bool]]) -> float | None:
-        return consistency_accuracy([(answerable, correct) for _, answerable, correct in rows])
-
-    answerable = np.asarray([a for _, a, _ in base_questions], dtype=bool)
-    correct = np.asarray([c for _, _, c in base_questions], dtype=float)
-    encoded = np.where(answerable, 2.0, 0.0) + correct  # one column carries both flags through the resampling
-    interval = bootstrap_interval(
-        encoded.tolist(),
-        lambda sample: consistency_accuracy([(v >= 2.0, v % 2.0 == 1.0) for v in sample]) or 0.0,
-        resamples=1000,
-        seed=seed,
-    )
+            base_results[character] = questions
+    per_character = [ca for results in base_results.values() if (ca := consistency_accuracy(results)) is not None]
+    by_part: dict[str, float | None] = {}
+    for part in PARTS:
+        values = [
+            ca
+            for results in base_results.values()
+            if (ca := consistency_accuracy([q for q in results if q[0] == part])) is not None
+        ]
+        by_part[part] = fmean(values) if values else None
     return ConsistencyRow(
         model=player,
         profiles=len(own),
+        characters=len(base_results),
         not_fitting=not_fitting,
         failed=failed,
-        ca=ca_of(base_questions),
-        ca_ci=interval,
-        ca_by_part={part: ca_of([q for q in base_questions if q[0] == part]) for part in PARTS},
+        ca=fmean(per_character) if per_character else None,
+        ca_ci=bootstrap_interval(per_character, seed=seed) if len(per_character) > 1 else None,
+        ca_by_part=by_part,
         unparsed_answers=unparsed,
-        rcov=_mean_rcov(variants, None),
-        rcov_by_field={f: _mean_rcov(variants, f) for f in sorted({v.field for v in variants} - {"base"})},
+        rcov_by_field={f: field_rcov(variants, f) for f in sorted({v.field for v in variants} - {"base"})},
         variants=variants,
     )
 
 
-def _mean_rcov(variants: list[VariantResult], field: str | None) -> float | None:
-    """Mean over characters of the RCoV of CA across the base profile and the (chosen field's) variants."""
+def field_rcov(variants: list[VariantResult], field: str) -> float | None:
+    """Mean over characters of the RCoV of CA across the base profile and that field's variants."""
     groups: dict[str, list[float]] = defaultdict(list)
     for v in variants:
-        if v.ca is not None and (field is None or v.field in (field, "base")):
+        if v.ca is not None and v.field in (field, "base"):
             groups[v.character].append(v.ca)
     values = [value for cas in groups.values() if (value := rcov(cas)) is not None]
     return fmean(values) if values else None
