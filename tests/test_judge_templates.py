@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from appliance.judging.templates import (
     PairwiseTemplate,
     RatingTemplate,
     YesNoTemplate,
+    load_conversation_template,
     load_judge_template,
     load_likert_template,
 )
@@ -29,7 +31,11 @@ def likert() -> LikertTemplate:
 
 
 def test_every_shipped_template_loads_with_its_mode() -> None:
-    modes = {path.stem: load_judge_template(path).mode for path in JUDGES.glob("*.toml") if path.stem != "panels"}
+    modes = {
+        path.stem: load_judge_template(path).mode
+        for path in JUDGES.glob("*.toml")
+        if path.stem not in ("panels", "pingpong_conversation")
+    }
     assert modes == {
         "pingpong_likert": "likert",
         "turn_rating": "rating",
@@ -40,6 +46,22 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "simulbench_rating": "rating",
         "deepeval_role_rating": "rating",
     }
+
+
+def test_conversation_template_scores_every_turn_after_a_bounded_reasoning() -> None:
+    template = load_conversation_template(JUDGES / "pingpong_conversation.toml")
+    grammar = template.grammar(3)
+    assert grammar.count(" turn") == 3 and f"{{0,{template.reasoning_chars}}}" in grammar
+    assert template.budget(3) >= template.reasoning_chars + 3 * template.tokens_per_turn
+    turn = {"in_character": 4, "entertaining": 2, "fluent": 5, "refusal": False}
+    text = json.dumps({"reasoning": "fine", "turns": [turn, {**turn, "refusal": True}, turn]})
+    verdicts = template.parse_turns(text, 3)
+    assert verdicts is not None and [v["refusal"] for v in verdicts] == [0.0, 1.0, 0.0]
+    assert template.parse_turns(text, 2) is None  # one verdict per turn, no more, no fewer
+    assert template.parse_turns(text[:-5], 3) is None  # cut short
+    assert template.parse_turns(json.dumps({"turns": [{**turn, "fluent": 7}] * 3}), 3) is None
+    with pytest.raises(ApplianceError, match=r"pingpong_likert\.toml: field 'mode'"):
+        load_conversation_template(JUDGES / "pingpong_likert.toml")
 
 
 def test_likert_grammar_lists_every_criterion_and_the_scale(likert: LikertTemplate) -> None:

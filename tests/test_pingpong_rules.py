@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
+
+import pytest
 
 from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
@@ -12,7 +17,8 @@ from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
-from appliance.store import JudgmentRecord, Store
+from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
+from appliance.store import EpisodeRecord, JudgmentRecord, MessageRecord, RunRecord, ScoreRecord, Store
 from tests.fakes import conversation_of, role_of, scripted_factory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,22 +28,31 @@ def _text(request: GenerationRequest) -> str:
     return "\n".join(message.content for message in request.messages)
 
 
+def _verdict(reply: str) -> dict[str, object]:
+    return {"in_character": 5 if "long" in reply else 2, "entertaining": 3, "fluent": 4, "refusal": False}
+
+
 def _responder(request: GenerationRequest) -> str:
-    if request.grammar is not None:  # a judge
-        reply = _text(request).rsplit("Reply to rate", 1)[1]
-        score = 5 if "long" in reply else 2
-        return json.dumps({"in_character": score, "entertaining": 3, "fluent": 4, "refusal": False})
+    if request.grammar is not None and "turns" in request.grammar:  # a judge reading the whole conversation
+        replies = re.findall(r"^\[\d+\] [^:]+: (.*)$", _text(request), flags=re.MULTILINE)
+        return json.dumps({"reasoning": "ok", "turns": [_verdict(reply) for reply in replies]})
+    if request.grammar is not None:  # a judge of one turn
+        return json.dumps(_verdict(_text(request).rsplit("Reply to rate", 1)[1]))
     system = request.messages[0].content
     if "human user" in system or "menschlichen Nutzer" in system or "человека" in system:
         return '"Tell me something."'
-    return "A long answer in character." if len(request.messages) % 4 == 0 else "Short one."
+    asked = sum(1 for message in request.messages if message.role == "user")
+    return "A long answer in character." if asked % 2 == 0 else "Short one."
 
 
 def _run(
-    tmp_path: Path, respond: Callable[[GenerationRequest], str] = _responder
+    tmp_path: Path, respond: Callable[[GenerationRequest], str] = _responder, judging: str = "conversation"
 ) -> tuple[Store, dict[str, ScriptedBackend], str]:
     catalog = load_catalog(REPO / "models.toml")
-    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    folder = tmp_path / "pingpong"
+    shutil.copytree(REPO / "scenarios" / "pingpong", folder)
+    (folder / "judging.toml").write_text(f'mode = "{judging}"\n')
+    family = PingPongFamily.load(folder, REPO / "judges")
     factory = scripted_factory(lambda model, request: respond(request))
 
     config = RunConfig(
@@ -79,8 +94,9 @@ def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tm
     store.close()
 
 
-def test_every_player_turn_is_judged_by_every_judge_and_stored(tmp_path: Path) -> None:
-    store, _, run_id = _run(tmp_path)
+@pytest.mark.parametrize("judging", ["conversation", "turn"])
+def test_every_player_turn_is_judged_by_every_judge_and_stored(tmp_path: Path, judging: str) -> None:
+    store, backends, run_id = _run(tmp_path, judging=judging)
     per_episode = store.query(
         "SELECT e.episode_id, count(DISTINCT m.idx) FILTER (WHERE m.speaker = 'player'), "
         "count(DISTINCT j.judge || '/' || j.target_idx) "
@@ -90,24 +106,35 @@ def test_every_player_turn_is_judged_by_every_judge_and_stored(tmp_path: Path) -
     )
     assert len(per_episode) == 6
     for _, player_turns, judged in per_episode:
-        assert player_turns == 3
+        assert player_turns == 4  # the paper's four turns
         assert judged == 2 * player_turns
     interrogator_texts = store.query("SELECT DISTINCT text FROM messages WHERE speaker = 'interrogator'")
     assert interrogator_texts == [("Tell me something.",)]
+    # the verdict of each turn is the one about that turn's reply, whichever way the judges read it
+    scores = store.query(
+        "SELECT m.text, j.score FROM judgments j JOIN messages m ON m.episode_id = j.episode_id "
+        "AND m.idx = j.target_idx WHERE j.criterion = 'in_character'"
+    )
+    assert {text: score for text, score in scores} == {"A long answer in character.": 5.0, "Short one.": 2.0}
+    judge_requests = [r for b in backends.values() for r in b.requests if r.grammar is not None]
+    per_conversation = 1 if judging == "conversation" else 4
+    assert len(judge_requests) == 6 * 2 * per_conversation  # episodes x judges x requests per conversation
+    templates = {t for (t,) in store.query("SELECT DISTINCT template FROM judgments")}
+    assert templates == {f"pingpong_{'conversation' if judging == 'conversation' else 'likert'}"}
     store.close()
 
 
 def test_unparsed_verdicts_are_stored_and_left_out_of_the_mean(tmp_path: Path) -> None:
     def respond(request: GenerationRequest) -> str:
         if request.grammar is not None and "gemma" in conversation_of(request).rsplit("/", 1)[-1]:
-            return '{"in_character": 9'
+            return '{"reasoning": "cut short", "turns": [{"in_character": 9'
         return _responder(request)
 
     store, _, _ = _run(tmp_path, respond)
     unparsed = store.query("SELECT count(*) FROM judgments WHERE NOT parsed AND judge = 'gemma3-270m'")[0][0]
-    assert unparsed == 6 * 3 * 4  # episodes x turns x (3 criteria + refusal)
+    assert unparsed == 6 * 4 * 4  # episodes x turns x (3 criteria + refusal)
     finals = store.query("SELECT value FROM scores WHERE metric = 'unparsed_verdicts'")
-    assert {row[0] for row in finals} == {3.0}
+    assert {row[0] for row in finals} == {4.0}
     store.close()
 
 
@@ -137,7 +164,9 @@ def test_episode_scores_average_judges_then_turns() -> None:
     assert scores["entertaining"] == (2 + 1) / 2
     assert scores["fluent"] == (4 + 1) / 2
     assert scores["final"] == (2.5 + 1.5 + 2.5) / 3
-    assert scores["refusal"] == 1.0  # turn 1: mean vote 0.5 counts as a refusal
+    assert scores["refusal"] == 0.0  # turn 1: one judge of two is not a majority
+    three = [*judgments, verdict("j3", 1, "refusal", 1), verdict("j3", 3, "refusal", 0)]
+    assert {s.metric: s.value for s in episode_scores(three, panel="p", player="m")}["refusal"] == 1.0
 
 
 def test_interrogator_message_cleaning() -> None:
@@ -155,7 +184,7 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
             store.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [lost])
         store.connection.execute("UPDATE runs SET status = 'interrupted'")
     catalog = load_catalog(REPO / "models.toml")
-    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    family = PingPongFamily.load(tmp_path / "pingpong", REPO / "judges")
     config = RunConfig(**store.run(run_id)["config"])
     played: list[str] = []
 
@@ -171,8 +200,6 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
 
 
 def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path: Path) -> None:
-    from datetime import datetime
-
     from appliance.store.labels import write_calibration
     from appliance.store.records import CalibrationRecord
 
@@ -200,7 +227,7 @@ def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path
                 metrics={},
             ),
         )
-    store, _, run_id = _run(tmp_path)
+    store, _, run_id = _run(tmp_path, judging="turn")  # the label sets hold single turns: per-turn judging
     rows = store.query(
         "SELECT value, calibrated_value, calibration_id FROM scores WHERE run_id = ? AND metric = 'final'", [run_id]
     )
@@ -209,3 +236,86 @@ def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path
     assert len(rows) == 6 and config["calibrations"] == {"pingpong": "cal-test"}
     for value, calibrated, calibration_id in rows:
         assert calibration_id == "cal-test" and abs(calibrated - (value - 1.0)) < 1e-9
+
+
+def _episode(
+    run_id: str, player: str, index: int, reply: str, scores: dict[str, float], finished: bool = True
+) -> EpisodeRecord:
+    now = datetime(2026, 1, 1)
+    messages = [
+        MessageRecord(
+            idx=idx,
+            speaker=speaker,
+            model=player,
+            text=text,
+            prompt_tokens=0,
+            cached_prompt_tokens=0,
+            completion_tokens=0,
+            latency_s=0.0,
+            finish_reason="stop",
+        )
+        for idx, (speaker, text) in enumerate([("interrogator", "hi"), ("player", reply)] * 2)
+    ]
+    return EpisodeRecord(
+        episode_id=f"{run_id}:{player}:{index}",
+        run_id=run_id,
+        scenario="pingpong",
+        instance_id=f"card~situation-{index}",
+        player=player,
+        status="finished" if finished else "error",
+        seed=0,
+        started_at=now,
+        finished_at=now,
+        wall_s=0.0,
+        metadata={"judging": "conversation"},
+        messages=messages,
+        scores=[ScoreRecord(panel="default", player=player, metric=m, value=v) for m, v in scores.items()]
+        if finished
+        else [],
+    )
+
+
+def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: Path) -> None:
+    def judged(final: float, refusal: float = 0.0) -> dict[str, float]:
+        return {"in_character": final, "entertaining": final, "fluent": final, "final": final, "refusal": refusal}
+
+    run_id = "hand"
+    episodes = [
+        _episode(run_id, "terse", 0, "a" * 100, judged(4.0)),
+        _episode(run_id, "terse", 1, "a" * 100, judged(3.0)),
+        _episode(run_id, "terse", 2, "a" * 100, judged(5.0)),
+        _episode(run_id, "terse", 3, "a" * 5000, {}, finished=False),  # unfinished: its length does not count
+        _episode(run_id, "wordy", 0, "b" * 300, judged(4.0)),
+        _episode(run_id, "wordy", 1, "b" * 300, judged(2.0)),
+        _episode(run_id, "wordy", 2, "b" * 300, judged(1.0, refusal=1.0)),  # refused: left out of the score
+    ]
+    config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"]}}
+    with Store.open(tmp_path / "hand.duckdb") as store:
+        store.import_run(
+            RunRecord(
+                run_id=run_id,
+                started_at=datetime(2026, 1, 1),
+                seed=0,
+                config=config,
+                versions={},
+                git_revision=None,
+                file_hashes={},
+            ),
+            [],
+            episodes,
+        )
+        board = build_leaderboard(store, run_id)
+    rows = {row.model: row for row in board.rows}
+    # mean reply lengths 100 and 300; their median 200
+    assert board.median_of_mean_lengths == 200.0
+    assert rows["terse"].mean_length == 100.0 and rows["terse"].length_factor == 1.0  # 1.07 clamped to 1
+    assert rows["wordy"].length_factor == pytest.approx(1 + 0.07 * (200 / 300 - 1))
+    assert rows["terse"].final == pytest.approx(4.0) and rows["terse"].ln_score == pytest.approx(4.0)
+    assert rows["wordy"].final == pytest.approx(3.0)  # (4 + 2) / 2: the refused conversation is left out
+    assert rows["wordy"].ln_score == pytest.approx(3.0 * (1 + 0.07 * (200 / 300 - 1)))
+    assert rows["wordy"].refused_episodes == 1 and rows["wordy"].refusal_ratio == pytest.approx(1 / 3)
+    assert rows["terse"].failed_episodes == 1 and board.judging == "conversation"
+    # ten times the median length costs 6.3%; no length costs more than 7%
+    assert length_factor(2000.0, 200.0) == pytest.approx(1 + 0.07 * (0.1 - 1))
+    assert length_factor(1e9, 200.0) >= 0.93
+    assert length_factor(None, 200.0) == 1.0

@@ -102,20 +102,7 @@ class LikertTemplate(_TemplateBase):
 
     def parse(self, text: str) -> dict[str, float] | None:
         data = self._load_json(text)
-        if data is None:
-            return None
-        verdict: dict[str, float] = {}
-        for criterion in self.criteria:
-            value = _number_in(data.get(criterion), self.scale_min, self.scale_max)
-            if value is None:
-                return None
-            verdict[criterion] = value
-        if self.refusal_flag:
-            flag = data.get(REFUSAL)
-            if not isinstance(flag, bool):
-                return None
-            verdict[REFUSAL] = 1.0 if flag else 0.0
-        return verdict
+        return None if data is None else _likert_verdict(data, self.criteria, self.scale, self.refusal_flag)
 
     def summary_score(self, verdict: dict[str, float]) -> float:
         """One number per verdict (mean of the criteria), what a calibration maps."""
@@ -124,6 +111,92 @@ class LikertTemplate(_TemplateBase):
     @property
     def scale(self) -> tuple[float, float]:
         return float(self.scale_min), float(self.scale_max)
+
+
+class ConversationTemplate(_TemplateBase):
+    """The whole conversation read once; every reply of the character scored on Likert criteria.
+
+    This is how the PingPong paper judges. The judge may first write a short reasoning
+    (`reasoning_chars`, 0 for none), then one object per scored turn, in order. The
+    grammar is built for the conversation's number of turns, so the verdict always has
+    exactly one entry per turn. Not a calibration template: label sets hold single turns.
+    """
+
+    criteria: list[str] = Field(min_length=1)
+    scale_min: int = 1
+    scale_max: int = 5
+    refusal_flag: bool = True
+    #: the most characters of reasoning before the scores (0: scores only)
+    reasoning_chars: int = Field(default=0, ge=0, le=2000)
+    #: tokens allowed per scored turn; the reply budget is reasoning_chars + turns x this
+    tokens_per_turn: int = Field(default=40, ge=8)
+
+    @model_validator(mode="after")
+    def _check(self) -> ConversationTemplate:
+        if not 0 <= self.scale_min < self.scale_max <= 9:
+            raise ValueError("scale must be single digits with scale_min < scale_max")
+        for criterion in self.criteria:
+            if not criterion.isidentifier():
+                raise ValueError(f"criterion '{criterion}' must be an identifier")
+        return self
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        return float(self.scale_min), float(self.scale_max)
+
+    def outputs(self) -> list[str]:
+        return [*self.criteria, *([REFUSAL] if self.refusal_flag else [])]
+
+    def budget(self, turns: int) -> int:
+        """Tokens that always fit the whole verdict: a reasoning character is at most one token."""
+        return self.reasoning_chars + turns * self.tokens_per_turn + 16
+
+    def grammar(self, turns: int) -> str:
+        """`{"reasoning": "...", "turns": [{...}, ... x turns]}`, the reasoning bounded in characters."""
+        fields = [f'"\\"{criterion}\\": " digit' for criterion in self.criteria]
+        if self.refusal_flag:
+            fields.append(f'"\\"{REFUSAL}\\": " boolean')
+        turn = ' ", " '.join(fields)
+        listed = ' ", " '.join(["turn"] * turns)
+        lines = [
+            f'root ::= "{{" {"reasoning " if self.reasoning_chars else ""}"\\"turns\\": [" {listed} "]}}"',
+            f'turn ::= "{{" {turn} "}}"',
+            f"digit ::= [{self.scale_min}-{self.scale_max}]",
+            'boolean ::= "true" | "false"',
+        ]
+        if self.reasoning_chars:
+            lines.append(f'reasoning ::= "\\"reasoning\\": \\"" [^"\\\\\\n]{{0,{self.reasoning_chars}}} "\\", "')
+        return "\n".join(lines)
+
+    def parse_turns(self, text: str, turns: int) -> list[dict[str, float]] | None:
+        """One verdict per turn, or None when the reply is cut short or malformed."""
+        data = self._load_json(text)
+        listed = None if data is None else data.get("turns")
+        if not isinstance(listed, list) or len(listed) != turns:
+            return None
+        verdicts = [
+            _likert_verdict(item, self.criteria, self.scale, self.refusal_flag) if isinstance(item, dict) else None
+            for item in listed
+        ]
+        return None if any(v is None for v in verdicts) else [v for v in verdicts if v is not None]
+
+
+def _likert_verdict(
+    data: dict[str, Any], criteria: list[str], scale: tuple[float, float], refusal_flag: bool
+) -> dict[str, float] | None:
+    """The criteria's digits (on the scale) and the refusal flag of one Likert verdict object."""
+    verdict: dict[str, float] = {}
+    for criterion in criteria:
+        value = _number_in(data.get(criterion), *scale)
+        if value is None:
+            return None
+        verdict[criterion] = value
+    if refusal_flag:
+        flag = data.get(REFUSAL)
+        if not isinstance(flag, bool):
+            return None
+        verdict[REFUSAL] = 1.0 if flag else 0.0
+    return verdict
 
 
 class RatingTemplate(_TemplateBase):
@@ -251,6 +324,19 @@ def load_likert_template(path: Path) -> LikertTemplate:
     if not isinstance(template, LikertTemplate):
         raise ApplianceError(f"{path}: field 'mode': expected 'likert', found '{template.mode}'")
     return template
+
+
+def load_conversation_template(path: Path) -> ConversationTemplate:
+    raw = read_toml(path, "judge template")
+    mode = raw.pop("mode", "likert")
+    if mode != "conversation":
+        raise ApplianceError(f"{path}: field 'mode': expected 'conversation', found '{mode}'")
+    try:
+        return ConversationTemplate(name=path.stem, **raw)
+    except ValidationError as error:
+        raise ApplianceError(describe_validation_error(path, error)) from None
+    except TypeError as error:
+        raise ApplianceError(f"{path}: {error}") from None
 
 
 def render(text: str, variables: dict[str, str], source: str) -> str:

@@ -2,14 +2,14 @@
 
 The player sees only the character card, the interrogator only the situation
 (and the character's public name and summary): the asymmetry is the method.
-After the conversation every judge of the panel rates every player turn on
-in-character, entertaining and fluent (1-5) and flags refusals; the panel
-averages its judges.
+After the conversation every judge of the panel scores every player turn on
+in-character, entertaining and fluent (1-5) and flags refusals, reading the
+whole conversation once (or turn by turn: `judging.py`); the panel averages
+its judges.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from statistics import mean
@@ -20,16 +20,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
-from appliance.judging.templates import REFUSAL, LikertTemplate, load_likert_template, render
-from appliance.judging.verdicts import ask_judge
+from appliance.judging.templates import (
+    REFUSAL,
+    ConversationTemplate,
+    LikertTemplate,
+    load_conversation_template,
+    load_likert_template,
+    render,
+)
 from appliance.scenarios.base import Instance, JudgedFamily, SupportRole
+from appliance.scenarios.pingpong.judging import (
+    JUDGING_FILE,
+    JudgingSettings,
+    judge_conversation,
+    judge_each_turn,
+)
 from appliance.store.records import JudgmentRecord, ScoreRecord
 from appliance.tomlfile import read_toml
 
-# The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95.
-PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=96)
-INTERROGATOR_SAMPLING = Sampling(temperature=0.8, top_p=0.95, max_tokens=48)
+# The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95. The token
+# caps are well above a chat reply (a few sentences, under 150 tokens), so they cut only run-away text,
+# which the report counts; higher caps let one run-away reply overflow a 2,048-token context.
+PLAYER_SAMPLING = Sampling(temperature=0.6, top_p=0.9, max_tokens=256)
+INTERROGATOR_SAMPLING = Sampling(temperature=0.8, top_p=0.95, max_tokens=128)
 JUDGE_TEMPLATE = "pingpong_likert.toml"
+CONVERSATION_TEMPLATE = "pingpong_conversation.toml"
+#: the paper's conversation length where a situation does not give its own
+DEFAULT_TURNS = 4
 CRITERIA = ("in_character", "entertaining", "fluent")
 DESCRIPTION = "role-play: interrogator vs character player, judged per turn by a panel"
 
@@ -53,7 +70,7 @@ class Situation(BaseModel):
     id: str
     language: str
     text: str
-    turns: int = Field(ge=1, le=20)
+    turns: int = Field(default=DEFAULT_TURNS, ge=1, le=20)
     tags: tuple[str, ...] = ()
 
 
@@ -99,6 +116,10 @@ class PingPongFamily(JudgedFamily):
         prompts: dict[str, Prompts],
         judge: LikertTemplate,
         judge_path: Path,
+        conversation_judge: ConversationTemplate,
+        conversation_judge_path: Path,
+        judging: JudgingSettings,
+        judging_path: Path,
     ) -> None:
         self.folder = folder
         self.cards = cards
@@ -106,15 +127,19 @@ class PingPongFamily(JudgedFamily):
         self.prompts = prompts
         self.likert = judge
         self.judge_path = judge_path
+        self.conversation_judge = conversation_judge
+        self.conversation_judge_path = conversation_judge_path
+        self.judging = judging
+        self.judging_path = judging_path
+        if judging.mode == "conversation":
+            self.judge_template = conversation_judge.name
 
     @classmethod
     def load(cls, folder: Path, judges_folder: Path, prompts_folder: Path | None = None) -> PingPongFamily:
-        """Cards and situations from `folder`; prompts from it too, or from `prompts_folder`."""
+        """Cards and situations from `folder`; prompts and judging settings from it too, or from `prompts_folder`."""
         cards = _read_entries(folder / "cards.toml", "card", Card)
         situations = _read_entries(folder / "situations.toml", "situation", Situation)
-        prompts_path = folder / "prompts.toml"
-        if not prompts_path.is_file() and prompts_folder is not None:
-            prompts_path = prompts_folder / "prompts.toml"
+        prompts_path = _own_or_default(folder, prompts_folder, "prompts.toml")
         prompts: dict[str, Prompts] = {}
         for language, entry in read_toml(prompts_path).items():
             try:
@@ -129,8 +154,25 @@ class PingPongFamily(JudgedFamily):
         for card in cards:
             if card.language not in prompts:
                 raise ApplianceError(f"{prompts_path}: no prompts for language '{card.language}' (card '{card.id}')")
+        judging_path = _own_or_default(folder, prompts_folder, JUDGING_FILE)
+        try:
+            judging = JudgingSettings(**read_toml(judging_path, "judging settings"))
+        except ValidationError as error:
+            raise ApplianceError(describe_validation_error(judging_path, error)) from None
         judge_path = judges_folder / JUDGE_TEMPLATE
-        return cls(folder, cards, situations, prompts, load_likert_template(judge_path), judge_path)
+        conversation_path = judges_folder / CONVERSATION_TEMPLATE
+        return cls(
+            folder,
+            cards,
+            situations,
+            prompts,
+            load_likert_template(judge_path),
+            judge_path,
+            load_conversation_template(conversation_path),
+            conversation_path,
+            judging,
+            judging_path,
+        )
 
     def instances(self) -> list[Instance]:
         """Every card paired with every situation of the same language."""
@@ -142,7 +184,8 @@ class PingPongFamily(JudgedFamily):
         ]
 
     def data_files(self) -> list[Path]:
-        return [self.folder / "cards.toml", self.folder / "situations.toml", self.judge_path]
+        judge = self.conversation_judge_path if self.judging.mode == "conversation" else self.judge_path
+        return [self.folder / "cards.toml", self.folder / "situations.toml", self.judging_path, judge]
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, PingPongInstance)
@@ -181,28 +224,22 @@ class PingPongFamily(JudgedFamily):
         await self.judge(ctx, instance, judges, panel)
 
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        """Every judge rates every player turn; all requests go out at once to be batched."""
+        """The panel's verdicts on every player turn, in the family's judging mode; then the episode's scores."""
         assert isinstance(instance, PingPongInstance)
         card = instance.card
-        requests = []
-        dialogue_lines = [f"{card.name}: {card.greeting}"] if card.greeting else []
-        for message in ctx.messages:
-            label = card.name if message.speaker == "player" else "User"
-            if message.speaker == "player":
-                variables = {
-                    "name": card.name,
-                    "description": card.description.strip(),
-                    "dialogue": "\n".join(dialogue_lines),
-                    "reply": message.text.strip(),
-                }
-                for judge in judges:
-                    requests.append(
-                        ask_judge(ctx, self.likert, variables, judge_model=judge, panel=panel, target_idx=message.idx)
-                    )
-            dialogue_lines.append(f"{label}: {message.text.strip()}")
-        await asyncio.gather(*requests)
-        player = ctx.model_for("player")
-        ctx.scores.extend(episode_scores(ctx.judgments, panel=panel, player=player))
+        variables = {"name": card.name, "description": card.description.strip(), "situation": instance.situation.text}
+        ctx.metadata["judging"] = self.judging.mode
+        if self.judging.mode == "conversation":
+            await judge_conversation(ctx, self.conversation_judge, variables, card.greeting, judges, panel)
+        else:
+            await judge_each_turn(ctx, self.likert, variables, card.greeting, judges, panel)
+        ctx.scores.extend(episode_scores(ctx.judgments, panel=panel, player=ctx.model_for("player")))
+
+
+def _own_or_default(folder: Path, default_folder: Path | None, name: str) -> Path:
+    """A data folder's own settings file, else the default folder's (imported folders carry only data)."""
+    own = folder / name
+    return own if own.is_file() or default_folder is None else default_folder / name
 
 
 def clean_interrogator_message(text: str) -> str:
@@ -217,9 +254,10 @@ def clean_interrogator_message(text: str) -> str:
 def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) -> list[ScoreRecord]:
     """Panel mean per turn and criterion, then the episode's mean over turns.
 
-    `final` is the mean of the three criteria; `refusal` is 1 if the panel
-    flagged any turn (mean refusal vote >= 0.5). Unparsed verdicts are left out
-    of the means and counted in `unparsed_verdicts`.
+    `final` is the mean of the three criteria; `refusal` is 1 if a majority of
+    the judges (more than half of those whose verdict parsed) flagged any turn,
+    so the rule means the same for every panel size. Unparsed verdicts are left
+    out of the means and counted in `unparsed_verdicts`.
     """
     per_turn: dict[tuple[int, str], list[float]] = {}
     unparsed = {(j.judge, j.target_idx) for j in judgments if not j.parsed}
@@ -236,6 +274,6 @@ def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) 
         None if any(v is None for v in criterion_values) else mean([v for v in criterion_values if v is not None])
     )
     refusal_means = [mean(per_turn[(t, REFUSAL)]) for t in turns if (t, REFUSAL) in per_turn]
-    values["refusal"] = None if not refusal_means else float(any(v >= 0.5 for v in refusal_means))
+    values["refusal"] = None if not refusal_means else float(any(v > 0.5 for v in refusal_means))
     values["unparsed_verdicts"] = float(len(unparsed))
     return [ScoreRecord(panel=panel, player=player, metric=metric, value=value) for metric, value in values.items()]

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.pingpong.family import Card, Situation
+from appliance.scenarios.pingpong.family import DEFAULT_TURNS, Card, Situation
 from appliance.tomlfile import to_toml
 
 
@@ -52,7 +52,7 @@ def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
                         id=f"{language}-situation-{index}",
                         language=language,
                         text=situation["text"],
-                        turns=int(situation.get("num_turns", 3)),
+                        turns=int(situation.get("num_turns", DEFAULT_TURNS)),
                         tags=tuple(situation.get("tags", ())),
                     )
                 )

@@ -25,10 +25,12 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         "entert.",
         "fluent",
         "refusals",
-        "median len",
+        "mean len",
+        "LN x",
         "episodes",
         "failed",
         "unparsed",
+        "cut",
         *(["calibrated", "95% CI"] if board.calibration else []),
     ):
         table.add_column(column, justify="left" if column == "model" else "right")
@@ -43,17 +45,22 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             _number(row.entertaining),
             _number(row.fluent),
             _number(row.refusal_ratio),
-            _number(row.median_length, 0),
+            _number(row.mean_length, 0),
+            _number(row.length_factor, 3),
             str(row.episodes),
             str(row.failed_episodes),
             str(row.unparsed_verdicts),
+            f"{row.cut_replies}/{row.cut_interrogator_messages}",
             *([_number(row.calibrated_final), _interval(row.calibrated_final_ci)] if board.calibration else []),
         )
     console.print(table)
     console.print(
-        f"Scores 1-5 (panel mean over judges, mean over turns, then over conversations); "
-        f"LN score = final x sqrt(global median / model median) for models above the global median "
-        f"length ({_number(board.global_median_length, 0)} chars). Intervals: bootstrap over conversations."
+        f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
+        f"conversations). A conversation with a refusal (a majority of judges flagged a turn) counts in "
+        f"'refusals' and is left out of the scores. LN score = final x (1 + 0.07 (median / mean len - 1)), "
+        f"clamped to [0.93, 1]; median of the models' mean reply lengths = "
+        f"{_number(board.median_of_mean_lengths, 0)} chars. cut = player replies / interrogator messages "
+        f"stopped by the token cap. Intervals: bootstrap over conversations."
     )
     if board.calibration:
         c = board.calibration

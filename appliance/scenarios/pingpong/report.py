@@ -2,18 +2,22 @@
 
 Per model: mean of each criterion, the final score (mean of the criteria,
 averaged over conversations) with a bootstrap 95% interval over
-conversations, the share of conversations with a refusal, the median length
-of the player's messages, and the length-normalised score.
+conversations, the share of conversations with a refusal, the mean length
+of the player's replies, and the length-normalised score.
 
-Length normalisation: judges favour long replies. A model whose median reply
-(in characters) is longer than the median over all players' replies in the
-run has its final score multiplied by sqrt(global median / model median);
-shorter-than-median models are not changed.
+Refusals, as the authors' leaderboard treats them: a conversation in which
+the panel flagged any turn as a refusal counts in the refusal ratio and is
+left out of every score.
+
+Length normalisation, as the authors' leaderboard computes it: each
+conversation's score is multiplied by x = 1 + 0.07 * (median_len / avg_len - 1),
+clamped to [0.93, 1], where avg_len is the model's mean player-reply length in
+characters (finished conversations) and median_len the median of the models'
+avg_len. A long-winded model loses at most 7%; a terse one gains nothing.
 """
 
 from __future__ import annotations
 
-import math
 from statistics import mean, median
 
 from pydantic import BaseModel
@@ -23,7 +27,7 @@ from appliance.scenarios.pingpong.family import CRITERIA
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.labels import get_calibration
-from appliance.store.run_view import RunView, StoredEpisode, StoredScore
+from appliance.store.run_view import RunView, StoredEpisode, StoredMessage, StoredScore
 
 
 class PingPongRow(BaseModel):
@@ -37,11 +41,15 @@ class PingPongRow(BaseModel):
     final: float | None
     final_ci: tuple[float, float] | None
     refusal_ratio: float | None
-    median_length: float | None
+    refused_episodes: int
+    mean_length: float | None
     length_factor: float
     ln_score: float | None
     ln_score_ci: tuple[float, float] | None
     unparsed_verdicts: int
+    #: player replies cut by the token cap (finish reason "length"); interrogator messages likewise
+    cut_replies: int = 0
+    cut_interrogator_messages: int = 0
     #: the final score mapped to the human scale of the calibration (see PingPongLeaderboard.calibration)
     calibrated_final: float | None = None
     calibrated_final_ci: tuple[float, float] | None = None
@@ -52,7 +60,10 @@ class PingPongLeaderboard(BaseModel):
     scenario: str
     panel: str
     status: str
-    global_median_length: float | None
+    #: the median over models of their mean reply length (the length normalisation's reference)
+    median_of_mean_lengths: float | None
+    #: how the panel judged: "conversation" (the paper's) or "turn"
+    judging: str
     rows: list[PingPongRow]
     #: the calibration applied to this panel's verdicts: id, label set, criterion, human scale
     calibration: dict[str, object] | None = None
@@ -60,10 +71,15 @@ class PingPongLeaderboard(BaseModel):
     panels: list[str] = []
 
 
-def length_factor(model_median: float | None, global_median: float | None) -> float:
-    if not model_median or not global_median or model_median <= global_median:
+LENGTH_PENALTY = 0.07
+
+
+def length_factor(model_mean: float | None, median_of_means: float | None) -> float:
+    """The authors' factor: 1 + 0.07 * (median / mean - 1), clamped to [0.93, 1]."""
+    if not model_mean or not median_of_means:
         return 1.0
-    return math.sqrt(global_median / model_median)
+    factor = 1.0 + LENGTH_PENALTY * (median_of_means / model_mean - 1.0)
+    return min(1.0, max(1.0 - LENGTH_PENALTY, factor))
 
 
 def build_leaderboard(
@@ -78,12 +94,19 @@ def build_leaderboard(
     episodes = run.episodes()
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no {scenario} episodes")
-    lengths = [(m.player, float(len(m.text))) for m in run.messages(speaker="player")]
+    messages = run.messages()
     scores = run.scores(panels=[panel])
-    all_lengths = [length for _, length in lengths]
-    global_median = median(all_lengths) if all_lengths else None
     players = sorted({episode.player for episode in episodes})
-    rows = [_row(player, episodes, lengths, scores, global_median, seed=index) for index, player in enumerate(players)]
+    finished = {e.episode_id for e in episodes if e.finished}
+    mean_lengths = {
+        player: mean(lengths) if (lengths := _reply_lengths(messages, player, finished)) else None for player in players
+    }
+    known = [value for value in mean_lengths.values() if value is not None]
+    median_of_means = median(known) if known else None
+    rows = [
+        _row(player, episodes, messages, scores, mean_lengths[player], median_of_means, seed=index)
+        for index, player in enumerate(players)
+    ]
     rows.sort(key=lambda row: -1.0 if row.ln_score is None else row.ln_score, reverse=True)
     calibration_ids = sorted({score.calibration_id for score in scores if score.calibration_id is not None})
     return PingPongLeaderboard(
@@ -91,7 +114,8 @@ def build_leaderboard(
         scenario=scenario,
         panel=panel,
         status=run.status,
-        global_median_length=global_median,
+        median_of_mean_lengths=median_of_means,
+        judging=", ".join(sorted({str(e.metadata["judging"]) for e in episodes if "judging" in e.metadata})) or "turn",
         rows=rows,
         calibration=_describe_calibration(store, calibration_ids),
         panels=panels,
@@ -111,50 +135,65 @@ def _describe_calibration(store: Store, ids: list[str]) -> dict[str, object] | N
     }
 
 
+def _reply_lengths(messages: list[StoredMessage], player: str, finished: set[str]) -> list[float]:
+    return [
+        float(len(m.text))
+        for m in messages
+        if m.player == player and m.speaker == "player" and m.episode_id in finished
+    ]
+
+
 def _row(
     player: str,
     episodes: list[StoredEpisode],
-    lengths: list[tuple[str, float]],
+    messages: list[StoredMessage],
     scores: list[StoredScore],
-    global_median: float | None,
+    mean_length: float | None,
+    median_of_means: float | None,
     seed: int,
 ) -> PingPongRow:
     own_episodes = [e for e in episodes if e.player == player]
     per_episode: dict[str, dict[str, float | None]] = {}
-    calibrated: list[float] = []
+    calibrated: dict[str, float] = {}
     for score in scores:
         if score.player == player:
             per_episode.setdefault(score.episode_id, {})[score.metric] = score.value
             if score.metric == "final" and score.calibrated_value is not None:
-                calibrated.append(score.calibrated_value)
+                calibrated[score.episode_id] = score.calibrated_value
+    judged = {episode: metrics for episode, metrics in per_episode.items() if metrics.get("final") is not None}
+    refused = {episode for episode, metrics in judged.items() if metrics.get("refusal") == 1.0}
+    kept = {episode: metrics for episode, metrics in judged.items() if episode not in refused}
 
     def metric_values(metric: str) -> list[float]:
-        return [v for metrics in per_episode.values() if (v := metrics.get(metric)) is not None]
+        return [v for metrics in kept.values() if (v := metrics.get(metric)) is not None]
 
     finals = metric_values("final")
-    own_lengths = [length for length_player, length in lengths if length_player == player]
-    model_median = median(own_lengths) if own_lengths else None
-    factor = length_factor(model_median, global_median)
-    refusals = metric_values("refusal")
+    factor = length_factor(mean_length, median_of_means)
+    normalised = [value * factor for value in finals]
     criterion_means = {c: (mean(values) if (values := metric_values(c)) else None) for c in CRITERIA}
-    final = mean(finals) if finals else None
-    final_ci = bootstrap_interval(finals, seed=seed)
+    kept_calibrated = [value for episode, value in calibrated.items() if episode in kept]
+    own_messages = [m for m in messages if m.player == player]
     return PingPongRow(
         model=player,
         episodes=len(own_episodes),
         failed_episodes=sum(1 for e in own_episodes if not e.finished),
-        judged_episodes=len(finals),
+        judged_episodes=len(judged),
         in_character=criterion_means["in_character"],
         entertaining=criterion_means["entertaining"],
         fluent=criterion_means["fluent"],
-        final=final,
-        final_ci=final_ci,
-        refusal_ratio=mean(refusals) if refusals else None,
-        median_length=model_median,
+        final=mean(finals) if finals else None,
+        final_ci=bootstrap_interval(finals, seed=seed),
+        refusal_ratio=len(refused) / len(judged) if judged else None,
+        refused_episodes=len(refused),
+        mean_length=mean_length,
         length_factor=factor,
-        ln_score=None if final is None else final * factor,
-        ln_score_ci=None if final_ci is None else (final_ci[0] * factor, final_ci[1] * factor),
-        unparsed_verdicts=int(sum(metric_values("unparsed_verdicts"))),
-        calibrated_final=mean(calibrated) if calibrated else None,
-        calibrated_final_ci=bootstrap_interval(calibrated, seed=seed),
+        ln_score=mean(normalised) if normalised else None,
+        ln_score_ci=bootstrap_interval(normalised, seed=seed),
+        unparsed_verdicts=int(sum(v for m in per_episode.values() if (v := m.get("unparsed_verdicts")) is not None)),
+        cut_replies=sum(1 for m in own_messages if m.speaker == "player" and m.finish_reason == "length"),
+        cut_interrogator_messages=sum(
+            1 for m in own_messages if m.speaker == "interrogator" and m.finish_reason == "length"
+        ),
+        calibrated_final=mean(kept_calibrated) if kept_calibrated else None,
+        calibrated_final_ci=bootstrap_interval(kept_calibrated, seed=seed),
     )

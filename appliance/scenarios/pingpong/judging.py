@@ -1,0 +1,117 @@
+"""How the PingPong panel judges a finished conversation.
+
+`conversation` (the paper's way, the default): each judge reads the whole
+conversation once and scores every reply of the character, after a short
+reasoning, in one request. `turn`: each judge rates each reply in its own
+request, seeing the conversation up to it; it is the mode calibration label
+sets (single turns) fit. Both write the same per-turn verdict rows, so the
+scores and the report do not depend on the mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from appliance.engine.types import Message, Sampling
+from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.judging.templates import ConversationTemplate, LikertTemplate, render
+from appliance.judging.verdicts import ask_judge
+from appliance.store.records import JudgmentRecord, MessageRecord
+
+JudgingMode = Literal["conversation", "turn"]
+JUDGING_FILE = "judging.toml"
+
+
+class JudgingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: JudgingMode = "conversation"
+
+
+def transcript(name: str, greeting: str, messages: list[MessageRecord]) -> tuple[str, list[int]]:
+    """The conversation as the judge reads it, the character's replies numbered; and their message indexes."""
+    lines = [f"{name}: {greeting}"] if greeting else []
+    scored: list[int] = []
+    for message in messages:
+        if message.speaker == "player":
+            scored.append(message.idx)
+            lines.append(f"[{len(scored)}] {name}: {message.text.strip()}")
+        else:
+            lines.append(f"User: {message.text.strip()}")
+    return "\n".join(lines), scored
+
+
+async def judge_conversation(
+    ctx: EpisodeContext,
+    template: ConversationTemplate,
+    variables: dict[str, str],
+    greeting: str,
+    judges: list[str],
+    panel: str,
+) -> None:
+    """Every judge reads the conversation once; its verdict is split into one row per reply and output."""
+    text, scored = transcript(variables["name"], greeting, ctx.messages)
+    source = f"judges/{template.name}.toml"
+    filled = {**variables, "transcript": text, "turns": str(len(scored))}
+    messages = [
+        Message(role="system", content=render(template.system, filled, source)),
+        Message(role="user", content=render(template.user, filled, source)),
+    ]
+    sampling = Sampling(temperature=template.temperature, max_tokens=template.budget(len(scored)))
+
+    async def one(judge: str) -> None:
+        try:
+            completion = await ctx.generate(
+                "judge",
+                messages,
+                sampling=sampling,
+                grammar=template.grammar(len(scored)),
+                model=judge,
+                conversation="judge-conversation",
+                record=False,
+            )
+            raw, verdicts = completion.text, template.parse_turns(completion.text, len(scored))
+        except EpisodeFailed as error:  # the transcript does not fit this judge: its verdicts are unparsed
+            raw, verdicts = f"judge context overflow: {error}", None
+        for position, target in enumerate(scored):
+            for output in template.outputs():
+                ctx.judgments.append(
+                    JudgmentRecord(
+                        panel=panel,
+                        judge=judge,
+                        mode="likert",
+                        template=template.name,
+                        target_idx=target,
+                        criterion=output,
+                        score=None if verdicts is None else verdicts[position][output],
+                        raw_text=raw,
+                        parsed=verdicts is not None,
+                    )
+                )
+
+    await asyncio.gather(*(one(judge) for judge in judges))
+
+
+async def judge_each_turn(
+    ctx: EpisodeContext,
+    template: LikertTemplate,
+    variables: dict[str, str],
+    greeting: str,
+    judges: list[str],
+    panel: str,
+) -> None:
+    """Every judge rates every reply in its own request; all requests go out at once to be batched."""
+    name = variables["name"]
+    requests = []
+    dialogue_lines = [f"{name}: {greeting}"] if greeting else []
+    for message in ctx.messages:
+        if message.speaker == "player":
+            shown = {**variables, "dialogue": "\n".join(dialogue_lines), "reply": message.text.strip()}
+            for judge in judges:
+                requests.append(ask_judge(ctx, template, shown, judge_model=judge, panel=panel, target_idx=message.idx))
+        label = name if message.speaker == "player" else "User"
+        dialogue_lines.append(f"{label}: {message.text.strip()}")
+    await asyncio.gather(*requests)
