@@ -83,6 +83,8 @@ class CatalogDefaults(BaseModel):
 
     players: list[str] = Field(default_factory=list)
     interrogator: str | None = None
+    #: SimulBench's fixed simulator: the model the user agent talks to when dialogues are collected
+    simulator: str | None = None
 
 
 class Catalog(BaseModel):
@@ -125,7 +127,7 @@ def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(f"{source} [defaults]", error)) from None
     catalog = Catalog(source=source, defaults=defaults, models=models)
-    for name in [*defaults.players, *([defaults.interrogator] if defaults.interrogator else [])]:
+    for name in [*defaults.players, *(n for n in (defaults.interrogator, defaults.simulator) if n)]:
         if name not in models:
             raise ApplianceError(f"{source}: field 'defaults': unknown model '{name}'")
     return catalog

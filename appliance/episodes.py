@@ -80,6 +80,7 @@ class EpisodeContext:
         model: str | None = None,
         conversation: str | None = None,
         record: bool = True,
+        reserve_output: bool = False,
     ) -> Completion:
         """Ask the model bound to `role` (or `model`) for the next message.
 
@@ -100,6 +101,7 @@ class EpisodeContext:
             sampling=resolved,
             grammar=grammar,
             conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
+            reserve_output=reserve_output,
         )
         completion = await self.scheduler.generate(target, request)
         if completion.finish_reason == "context_overflow":

@@ -24,6 +24,7 @@ from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label
+from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
 from appliance.roles import BackendFactory, episode_roles
@@ -116,13 +117,27 @@ def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Inst
     return played.select_instances(played.instances(), limit, seed)
 
 
+def check_support_roles(config: RunConfig, families: list[ScenarioFamily]) -> None:
+    """Every support role a stage needs has a model; checked before anything is planned or stored."""
+    supporting = support_role_models(config)
+    for family in families:
+        if "simulator" in family.support_roles and "simulator" not in supporting:
+            raise ApplianceError(
+                f"--simulator: {family.name} needs a fixed simulator model; name it with --simulator "
+                "or set 'defaults.simulator' in models.toml"
+            )
+
+
 def support_role_models(config: RunConfig) -> dict[SupportRole, str]:
-    """The model bound to each support role. The user agent is the run's model playing the user."""
-    return {
-        "interrogator": config.interrogator,
-        "user_agent": config.interrogator,
-        "simulator": config.simulator or config.players[0],
-    }
+    """The model bound to each support role. The user agent is the run's model playing the user.
+
+    SimulBench's simulator is a fixed model named by the run (or models.toml), never a player by
+    default: it is absent here until one is named.
+    """
+    roles: dict[SupportRole, str] = {"interrogator": config.interrogator, "user_agent": config.interrogator}
+    if config.simulator is not None:
+        roles["simulator"] = config.simulator
+    return roles
 
 
 def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
@@ -246,6 +261,7 @@ class Runner:
             config = config.model_copy(update={"calibrations": {f: r.calibration_id for f, r in picked.items()}})
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
+        check_support_roles(config, [stage for phase in phases for stage in phase])
         done = self.store.finished_episode_ids(run_id) if resume else set()
         first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
         needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)

@@ -45,3 +45,31 @@ def cohen_kappa(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray
     if expected == 1.0:
         return None
     return (observed - expected) / (1.0 - expected)
+
+
+def cluster_bootstrap_interval(
+    values: Sequence[float],
+    clusters: Sequence[str],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """The interval of the mean when whole clusters are resampled (e.g. a task with all its scripts).
+
+    Values of one cluster are not independent, so resampling them one by one gives intervals that
+    are too narrow; this draws clusters with replacement and takes the mean of everything drawn.
+    """
+    if len(values) != len(clusters):
+        raise ValueError("values and clusters differ in length")
+    if not values:
+        return None
+    names = sorted(set(clusters))
+    sums = np.array([sum(v for v, c in zip(values, clusters, strict=True) if c == name) for name in names])
+    counts = np.array([sum(1 for c in clusters if c == name) for name in names], dtype=float)
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, len(names), size=(resamples, len(names)))
+    estimates = sums[drawn].sum(axis=1) / counts[drawn].sum(axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(estimates, [tail, 1.0 - tail])
+    return float(low), float(high)

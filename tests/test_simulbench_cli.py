@@ -37,6 +37,7 @@ def short_settings() -> str:
         ("user_agent_max_tokens", 48),
         ("request_max_chars", 60),
         ("simulator_max_tokens", 24),
+        ("target_max_tokens", 24),
     ]:
         text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
     return str(text)
@@ -77,9 +78,20 @@ def test_all_three_stages_on_one_task_with_the_embedded_models(tmp_path: Path) -
     assert stages["evaluate"] == 2 * len(scripts) and stages["compare"] == len(scripts)
     rows = {row["player"]: row for row in report["rows"]}
     assert set(rows) == {"smollm2-135m", "gemma3-270m"}
+    assert report["common_scripts"] + report["perfect_dropped"] + report["incomplete_scripts"] == len(scripts)
     for row in rows.values():
-        assert row["all"]["n"] + row["unrated"] == len(scripts)
+        assert row["all"]["n"] == report["common_scripts"]  # every model on the same scripts
         assert row["all"]["mean"] is None or 1.0 <= row["all"]["mean"] <= 10.0
+    with duckdb.connect(db, read_only=True) as con:
+        ratings = con.execute(
+            "SELECT count(*), count(*) FILTER (parsed) FROM judgments j JOIN episodes e USING (episode_id) "
+            "WHERE e.instance_id LIKE 'evaluate/%'"
+        ).fetchone()
+        reasons = [
+            t for (t,) in con.execute("SELECT raw_text FROM judgments WHERE template = 'simulbench_rating'").fetchall()
+        ]
+    assert ratings == (2 * 2 * len(scripts), 2 * 2 * len(scripts))  # explained, then scored, every time
+    assert all(json.loads(text)["reasoning"] is not None for text in reasons)
     (pair,) = [p for p in report["pairs"] if p["subset"] == "all"]
     assert pair["compared"] + pair["undecided"] == len(scripts)
     assert report["collection"]["dialogues"] == 1 and sum(report["collection"]["scripts"].values()) == len(scripts)
@@ -115,7 +127,7 @@ def test_published_scripts_are_imported_and_a_subset_evaluated(tmp_path: Path) -
     assert result.returncode == 0, result.stderr[-3000:]
     (report,) = json.loads(result.stdout)["leaderboards"]
     (row,) = report["rows"]
-    assert row["all"]["n"] + row["unrated"] == 2
+    assert row["all"]["n"] + row["unrated"] + report["perfect_dropped"] == 2
     assert report["pairs"] == [] and report["collection"] is None
     with duckdb.connect(db, read_only=True) as con:
         stages = con.execute("SELECT DISTINCT split_part(instance_id, '/', 1) FROM episodes").fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.judging.verdicts import PairVerdict
+from appliance.judging.templates import RatingTemplate
+from appliance.judging.verdicts import PairVerdict, ask_judge
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
@@ -33,7 +35,8 @@ from appliance.scenarios.simulbench.user_agent import (
 )
 from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_outcome, pair_scores
 from appliance.scheduler import Scheduler
-from appliance.store import Store
+from appliance.stats import bootstrap_interval, cluster_bootstrap_interval
+from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
 from appliance.store.records import JudgmentRecord
 from tests.fakes import conversation_of, role_of, scripted_factory
 
@@ -139,18 +142,44 @@ def test_a_challenging_turn_gives_first_and_subsequent_scripts() -> None:
         extract_scripts(TASK, "calc/d4", turns(2), 3)
 
 
-def test_judges_see_the_most_recent_turns_when_the_history_is_long() -> None:
+def test_judges_see_the_most_recent_turns_their_context_holds() -> None:
     long_turns = [
         DialogueTurn(request=f"r{n} " + "x" * 50, reply=f"s{n} " + "y" * 50, strategy="related") for n in (1, 2, 3)
     ]
     script = extract_scripts(TASK, "calc/d5", [*long_turns, *turns(1)], None)[0]
     whole = script.earlier_turns()
     assert whole.startswith("User: r1") and len(whole) > 300
-    trimmed = script.earlier_turns(max_chars=130)
+    trimmed = script.earlier_turns(2)
     assert trimmed.startswith("(4 earlier messages left out)") and "r3" in trimmed and "s3" in trimmed
-    assert "r2" not in trimmed and len(trimmed) < 200
-    tail = script.earlier_turns(max_chars=20)  # one message longer than the cap keeps its end
-    assert tail == "(5 earlier messages left out)\n\n..." + "y" * 20
+    assert "r2" not in trimmed
+    template = RatingTemplate(name="t", system="Grade.", user="{history}\n{request}", max_tokens=8)
+    variants = [{"history": script.earlier_turns(k), "request": script.request} for k in range(6, -1, -1)]
+    # the judge's context (one token per character) holds the prompt and the verdict with 2 earlier messages
+    room = len(template.system) + len(variants[4]["history"]) + len(script.request) + 1 + template.max_tokens
+    backend = ScriptedBackend("j", lambda request: '{"score": 6}', context_chars=room)
+    records = _judge_in(backend, template, variants)
+    assert records[0].parsed and records[0].score == 6.0
+    shown = [request.messages[-1].content for request in backend.requests]
+    assert len(shown) == 5 and shown[-1].startswith("(4 earlier messages left out)")  # 6, 5, 4, 3 did not fit
+    tiny = ScriptedBackend("j", lambda request: '{"score": 6}', context_chars=10)
+    (unfit,) = _judge_in(tiny, template, variants)
+    assert not unfit.parsed and "does not fit the context" in unfit.raw_text  # stored unparsed, not failed
+
+
+def _judge_in(
+    backend: ScriptedBackend, template: RatingTemplate, variants: list[dict[str, str]]
+) -> list[JudgmentRecord]:
+    scheduler = Scheduler({"j": backend})
+    ctx = EpisodeContext("e", 0, scheduler, {"judge:j": RoleBinding("j")})
+
+    async def main() -> list[JudgmentRecord]:
+        task = asyncio.ensure_future(
+            ask_judge(ctx, template, variants[0], judge_model="j", panel="p", target_idx=1, shorter=variants[1:])
+        )
+        await scheduler.drive(task)
+        return task.result()
+
+    return asyncio.run(main())
 
 
 def check(judge: str, turn: int, answer: float | None) -> JudgmentRecord:
@@ -246,6 +275,7 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         limit=2,
         turns=3,
         models_file=str(catalog.source),
+        simulator="smollm2-135m",
     )
     with Store.open(tmp_path / "db.duckdb") as store:
         summary = Runner(catalog, store, scripted_factory(good_and_bad)).execute(
@@ -298,3 +328,126 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         "SubseqChan": 6,
     }
     assert report.collection.strategies == {"harder": 12}
+
+
+def _evaluated(
+    run_id: str, script: str, meta: tuple[str, str, str], player: str, rating: float | None
+) -> EpisodeRecord:
+    task, task_type, kind = meta
+    now = datetime(2026, 1, 1)
+    return EpisodeRecord(
+        episode_id=f"{run_id}:evaluate/{script}:{player}",
+        run_id=run_id,
+        scenario="simulbench",
+        instance_id=f"evaluate/{script}",
+        player=player,
+        status="finished",
+        seed=0,
+        started_at=now,
+        finished_at=now,
+        wall_s=0.0,
+        metadata={"stage": "evaluate", "script": script, "task": task, "task_type": task_type, "kind": kind},
+        scores=[ScoreRecord(panel="p", player=player, metric="rating", value=rating)],
+    )
+
+
+def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_path: Path) -> None:
+    scripts = {  # script: (task, type, kind), ratings of a and b
+        "s1": (("calc", "stateless", "FirstChan"), 4.0, 2.0),
+        "s2": (("calc", "stateless", "LastOnly"), 6.0, 4.0),
+        "s3": (("shell", "stateful", "FirstChan"), 8.0, 6.0),
+        "s4": (("shell", "stateful", "SubseqChan"), 10.0, 10.0),  # perfect for every model: dropped
+        "s5": (("shell", "stateful", "FirstChan"), 9.0, None),  # b has no rating: left out for both
+    }
+    episodes = [
+        _evaluated("hand", script, meta, player, rating)
+        for script, (meta, a, b) in scripts.items()
+        for player, rating in (("a", a), ("b", b))
+    ]
+    with Store.open(tmp_path / "hand.duckdb") as store:
+        store.import_run(
+            RunRecord(
+                run_id="hand",
+                started_at=datetime(2026, 1, 1),
+                seed=0,
+                config={"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}},
+                versions={},
+                git_revision=None,
+                file_hashes={},
+            ),
+            [],
+            episodes,
+        )
+        report = build_simulbench_report(store, "hand", "simulbench")
+    assert (report.common_scripts, report.perfect_dropped, report.incomplete_scripts) == (3, 1, 1)
+    rows = {row.player: row for row in report.rows}
+    assert rows["a"].all.mean == pytest.approx(6.0) and rows["b"].all.mean == pytest.approx(4.0)
+    assert (rows["a"].all.n, rows["b"].unrated) == (3, 1)
+    assert rows["a"].hard.mean == pytest.approx(6.0)  # s1 and s3
+    # stateless / stateful on FirstChan scripts only: s1 (calc) and s3 (shell)
+    assert {k: c.mean for k, c in rows["a"].by_task_type.items()} == {"stateless": 4.0, "stateful": 8.0}
+    # tasks from the hardest: calc (4, 2, 6, 4 -> 4.0), then shell (8, 6 -> 7.0)
+    assert [(t.task, t.mean) for t in report.hardest_tasks] == [("calc", 4.0), ("shell", 7.0)]
+    assert report.hardest_tasks[0].by_player == {"a": 5.0, "b": 3.0}
+
+
+def test_cluster_bootstrap_resamples_whole_tasks() -> None:
+    values = [1.0] * 4 + [9.0] * 4
+    tasks = ["a"] * 4 + ["b"] * 4
+    low, high = cluster_bootstrap_interval(values, tasks, seed=1) or (0.0, 0.0)
+    assert (low, high) == (1.0, 9.0)  # two tasks: every draw is all-a, all-b or one of each
+    narrow = bootstrap_interval(values, seed=1)
+    assert narrow is not None and narrow[1] - narrow[0] < high - low  # scripts one by one look far surer
+    assert cluster_bootstrap_interval([], []) is None
+
+
+def test_a_run_without_a_simulator_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    config = RunConfig(
+        scenarios=["simulbench"],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="p", judges=["smollm2-135m"]),
+        limit=1,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        with pytest.raises(ApplianceError, match="--simulator"):
+            Runner(catalog, store, scripted_factory()).execute(config, [load_family("simulbench", store=store)])
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_stored_scripts_are_evaluated_with_new_players_without_collecting_again(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    first = RunConfig(
+        scenarios=["simulbench"],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        simulator="smollm2-135m",
+        panel=Panel(name="p", judges=["smollm2-135m"]),
+        limit=1,
+        turns=3,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        collected = Runner(catalog, store, scripted_factory(good_and_bad)).execute(
+            first, [load_family("simulbench", store=store)]
+        )
+        spec = f"simulbench:{collected.run_id}"
+        later = first.model_copy(
+            update={"scenarios": [spec], "players": ["gemma3-270m"], "simulator": None, "limit": None}
+        )
+        factory = scripted_factory(good_and_bad)
+        reused = Runner(catalog, store, factory).execute(later, [load_family(spec, store=store)])
+        stages = store.query(
+            "SELECT split_part(instance_id, '/', 1), count(*) FROM episodes WHERE run_id = ? GROUP BY ALL",
+            [reused.run_id],
+        )
+        scripts = store.query(
+            "SELECT DISTINCT instance_id FROM episodes WHERE instance_id LIKE 'evaluate/%' ORDER BY 1"
+        )
+        report = build_simulbench_report(store, reused.run_id, spec)
+    assert stages == [("evaluate", 3 * 2)]  # 3 dialogues x 2 scripts, answered by the new player only
+    assert len(scripts) == 6, "both runs evaluated the same scripts"
+    assert [role_of(r) for r in factory.opened["gemma3-270m"].requests].count("user_agent") == 0
+    assert report.rows[0].player == "gemma3-270m" and report.rows[0].all.mean == 2.0

@@ -69,7 +69,10 @@ def run(
         str | None, typer.Option(help="model playing the user (PingPong's interrogator, SimulBench's user agent)")
     ] = None,
     simulator: Annotated[
-        str | None, typer.Option(help="SimulBench: the fixed model the user agent talks to (default: first player)")
+        str | None,
+        typer.Option(
+            help="SimulBench: the fixed model the user agent talks to (default: models.toml's defaults.simulator)"
+        ),
     ] = None,
     turns: Annotated[int | None, typer.Option(min=1, help="cap on conversation turns per episode")] = None,
     panel: PanelOption = "default",
@@ -113,7 +116,7 @@ def run(
                 parallel=parallel,
                 models_file=str(catalog.source),
                 cross_play=cross_play,
-                simulator=simulator,
+                simulator=simulator or catalog.defaults.simulator,
                 turns=turns,
             )
         roles = [*config.players, *support_role_models(config).values(), *config.panel.judges]

@@ -286,7 +286,8 @@ class LlamaCppBackend:
             if not idle:
                 break
             job = self.waiting.popleft()
-            if len(job.prompt_tokens) + 1 >= self.context_length:
+            room = job.request.sampling.max_tokens if job.request.reserve_output else 0
+            if len(job.prompt_tokens) + 1 + room >= self.context_length:
                 rejected.append(self._reject_overflow(job))
                 continue
             if self._prefix_in_progress(job):
@@ -409,8 +410,9 @@ class LlamaCppBackend:
             completion_tokens=0,
             latency_s=time.perf_counter() - job.submitted_at,
             error=(
-                f"prompt of {len(job.prompt_tokens)} tokens does not fit the context of "
-                f"{self.context_length} tokens of model '{self.name}'"
+                f"prompt of {len(job.prompt_tokens)} tokens"
+                + (f" and {job.request.sampling.max_tokens} for the reply" if job.request.reserve_output else "")
+                + f" does not fit the context of {self.context_length} tokens of model '{self.name}'"
             ),
         )
         self._count(completion)

@@ -15,9 +15,11 @@ Responder = Callable[[GenerationRequest], str]
 
 
 class ScriptedBackend:
-    def __init__(self, name: str, respond: Responder) -> None:
+    def __init__(self, name: str, respond: Responder, context_chars: int | None = None) -> None:
+        """`context_chars`: a context measured in characters (one per token), to test overflow handling."""
         self.name = name
         self.respond = respond
+        self.context_chars = context_chars
         self.counters = BackendCounters()
         self.requests: list[GenerationRequest] = []
         self._queue: list[tuple[int, GenerationRequest]] = []
@@ -38,19 +40,23 @@ class ScriptedBackend:
     def step(self) -> list[tuple[int, Completion]]:
         batch, self._queue = self._queue, []
         self.counters.decode_calls += 1
-        return [
-            (
-                ticket,
-                Completion(
-                    text=self.respond(request),
-                    finish_reason="stop",
-                    prompt_tokens=0,
-                    completion_tokens=1,
-                    latency_s=0.0,
-                ),
+        return [(ticket, self._complete(request)) for ticket, request in batch]
+
+    def _complete(self, request: GenerationRequest) -> Completion:
+        size = sum(len(message.content) for message in request.messages) + len(request.prompt or "")
+        room = request.sampling.max_tokens if request.reserve_output else 0
+        if self.context_chars is not None and size + room > self.context_chars:
+            return Completion(
+                text="",
+                finish_reason="context_overflow",
+                prompt_tokens=size,
+                completion_tokens=0,
+                latency_s=0.0,
+                error=f"prompt of {size} tokens does not fit the context of {self.context_chars} tokens",
             )
-            for ticket, request in batch
-        ]
+        return Completion(
+            text=self.respond(request), finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0
+        )
 
     def close(self) -> None:
         self._queue.clear()

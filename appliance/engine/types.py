@@ -82,6 +82,9 @@ class GenerationRequest(BaseModel):
     sampling: ResolvedSampling = ResolvedSampling()
     grammar: str | None = None
     conversation_key: str | None = None
+    #: the prompt must leave room for `sampling.max_tokens` in the context; a request that does not
+    #: is rejected as `context_overflow` before anything is decoded (callers then shorten the prompt)
+    reserve_output: bool = False
 
 
 FinishReason = Literal["stop", "length", "context_overflow", "error"]

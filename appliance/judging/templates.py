@@ -207,19 +207,27 @@ class RatingTemplate(_TemplateBase):
     scale_max: int = Field(default=10, le=100)
     #: what each human criterion means, filled into {criterion_help} when a label set is rated
     criterion_help: dict[str, str] = Field(default_factory=dict)
+    #: the most characters of explanation the judge writes before its score (0: the score only)
+    reasoning_chars: int = Field(default=0, ge=0, le=2000)
 
     @model_validator(mode="after")
     def _check(self) -> RatingTemplate:
         if self.scale_min >= self.scale_max:
             raise ValueError("scale_min must be below scale_max")
+        if self.reasoning_chars and self.max_tokens < self.reasoning_chars + 16:
+            raise ValueError("max_tokens must hold reasoning_chars + 16 (a character is at most one token)")
         return self
 
     def outputs(self) -> list[str]:
         return [RATING]
 
     def grammar(self) -> str:
+        """`{"score": n}`, or `{"reasoning": "...", "score": n}` with the explanation first."""
         values = " | ".join(f'"{value}"' for value in range(self.scale_max, self.scale_min - 1, -1))
-        return f'root ::= "{{\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
+        if not self.reasoning_chars:
+            return f'root ::= "{{\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
+        reasoning = f'"\\"reasoning\\": \\"" [^"\\\\\\n]{{0,{self.reasoning_chars}}} "\\", "'
+        return f'root ::= "{{" {reasoning} "\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
 
     def parse(self, text: str) -> dict[str, float] | None:
         data = self._load_json(text)

@@ -9,11 +9,12 @@ wins in both orders.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from appliance.engine.types import Message, Sampling
-from appliance.episodes import EpisodeContext
+from appliance.episodes import EpisodeContext, EpisodeFailed
 from appliance.judging.templates import PREFERENCE, JudgeTemplate, PairwiseTemplate, render
 from appliance.store.records import JudgmentRecord
 
@@ -58,11 +59,19 @@ def judge_messages(template: JudgeTemplate, variables: dict[str, str]) -> list[M
 
 
 async def judge_replies(
-    ctx: EpisodeContext, template: JudgeTemplate, variables: dict[str, str], judge_model: str, conversation: str
+    ctx: EpisodeContext,
+    template: JudgeTemplate,
+    variables: dict[str, str],
+    judge_model: str,
+    conversation: str,
+    *,
+    reserve_output: bool = False,
 ) -> list[str]:
     """The judge's raw replies (`template.samples` of them), decoded under the template's grammar.
 
     Samples go out together with the same prompt, so the engine prefills it once and forks it.
+    `reserve_output`: a prompt that leaves no room for the verdict raises `EpisodeFailed` (see
+    `GenerationRequest.reserve_output`), so the caller can shorten it.
     """
     messages = judge_messages(template, variables)
     sampling = Sampling(temperature=template.temperature, max_tokens=template.max_tokens)
@@ -76,6 +85,7 @@ async def judge_replies(
                 model=judge_model,
                 conversation=f"{conversation}-s{sample}",
                 record=False,
+                reserve_output=reserve_output,
             )
             for sample in range(template.samples)
         )
@@ -92,9 +102,26 @@ async def ask_judge(
     panel: str,
     target_idx: int,
     order_swapped: bool = False,
+    shorter: Sequence[dict[str, str]] | None = None,
 ) -> list[JudgmentRecord]:
-    """One verdict of one judge; the records are also added to the episode."""
-    texts = await judge_replies(ctx, template, variables, judge_model, f"judge-{target_idx}-{int(order_swapped)}")
+    """One verdict of one judge; the records are also added to the episode.
+
+    `shorter` (a list, possibly empty): the prompt must leave room for the verdict in the judge's
+    context, and these variables (the same with less history) are tried in order when it does not.
+    The fit is measured by the engine with the judge's own tokenizer; when nothing fits, the verdict
+    is stored unparsed with the engine's message. None: no such check (an overflow fails the episode).
+    """
+    conversation = f"judge-{target_idx}-{int(order_swapped)}"
+    if shorter is None:
+        texts = await judge_replies(ctx, template, variables, judge_model, conversation)
+    else:
+        texts = []
+        for candidate in (variables, *shorter):
+            try:
+                texts = await judge_replies(ctx, template, candidate, judge_model, conversation, reserve_output=True)
+                break
+            except EpisodeFailed as error:
+                texts = [f"(not judged: {error})"]
     records = verdict_records(
         texts, template, panel=panel, judge=judge_model, target_idx=target_idx, order_swapped=order_swapped
     )
@@ -149,26 +176,23 @@ async def judge_pair(
     judge_model: str,
     panel: str,
     target_idx: int,
+    shorter: Sequence[dict[str, str]] | None = None,
 ) -> PairVerdict:
     """Ask one judge both orders at once (batched); `swapped` is re-expressed for the first response."""
     original, swapped = await asyncio.gather(
-        ask_judge(
-            ctx,
-            template,
-            in_order(variables, first, second, swapped=False),
-            judge_model=judge_model,
-            panel=panel,
-            target_idx=target_idx,
-        ),
-        ask_judge(
-            ctx,
-            template,
-            in_order(variables, first, second, swapped=True),
-            judge_model=judge_model,
-            panel=panel,
-            target_idx=target_idx,
-            order_swapped=True,
-        ),
+        *(
+            ask_judge(
+                ctx,
+                template,
+                in_order(variables, first, second, swapped=order),
+                judge_model=judge_model,
+                panel=panel,
+                target_idx=target_idx,
+                order_swapped=order,
+                shorter=None if shorter is None else [in_order(v, first, second, swapped=order) for v in shorter],
+            )
+            for order in (False, True)
+        )
     )
     return PairVerdict(judge_model, _preference(original), _flip(_preference(swapped)))
 

@@ -33,6 +33,7 @@ from appliance.scenarios.simulbench.tasks import (
 from appliance.scenarios.simulbench.user_agent import SimulBenchSettings
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
+from appliance.store.run_view import RunView
 
 TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate)
 TEMPLATES = ("challenging_turn", "simulbench_rating", "pairwise_preference")
@@ -101,13 +102,36 @@ def load_simulbench(spec: str, data_folder: Path, judges_folder: Path, *, store:
             return SimulBenchFamily(spec, settings, templates, [*files, path], tasks=loaded.tasks)
         return SimulBenchFamily(spec, settings, templates, [*files, path], scripts=loaded.scripts)
     payload = load_instance_set(store, source) if store is not None else None
+    if payload is None and store is not None and store.has_run(source):
+        return SimulBenchFamily(spec, settings, templates, files, scripts=scripts_of_run(store, source))
     if payload is None:
-        raise ApplianceError(f"scenario '{spec}': '{source}' is neither a file, a folder nor a stored set")
+        raise ApplianceError(
+            f"scenario '{spec}': '{source}' is neither a file, a folder, a stored set nor a stored run"
+        )
     if payload.get("format") == TASK_SET_FORMAT:
         return SimulBenchFamily(spec, settings, templates, files, tasks=TaskSet.model_validate(payload).tasks)
     if payload.get("format") == SCRIPT_SET_FORMAT:
         return SimulBenchFamily(spec, settings, templates, files, scripts=ScriptSet.model_validate(payload).scripts)
     raise ApplianceError(f"scenario '{spec}': stored set '{source}' holds no SimulBench tasks or scripts")
+
+
+def scripts_of_run(store: Store, run_id: str) -> list[TestScript]:
+    """The test scripts a stored run extracted: its collected dialogues, evaluated again without collecting.
+
+    This reuse is SimulBench's point: dialogues are collected once with a fixed simulator, and
+    new models are evaluated on the same scripts later.
+    """
+    scenarios = [str(name) for name in store.run(run_id)["config"].get("scenarios", [])]
+    extracted = [
+        episode
+        for scenario in scenarios
+        if scenario.partition(":")[0] == "simulbench"
+        for episode in RunView(store, run_id, scenario).episodes(finished_only=True, instance_prefix="extract/")
+    ]
+    scripts = [TestScript.model_validate(script) for e in extracted for script in e.metadata.get("scripts", [])]
+    if not scripts:
+        raise ApplianceError(f"run '{run_id}': no SimulBench test scripts were extracted in it")
+    return scripts
 
 
 def read_simulbench_file(path: Path) -> TaskSet | ScriptSet:

@@ -21,12 +21,17 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
         title=f"{report.scenario}: 1-10 ratings by panel '{report.panel}', run {report.run_id} ({report.status})",
         title_justify="left",
     )
-    for column in ("target", "all scripts", "hard subset", "unrated"):
+    for column in ("target", "all scripts", "hard subset", "unrated", "cut"):
         ratings.add_column(column, justify="left" if column == "target" else "right")
     for row in report.rows:
-        ratings.add_row(row.player, _cell(row.all), _cell(row.hard), str(row.unrated))
+        ratings.add_row(row.player, _cell(row.all), _cell(row.hard), str(row.unrated), str(row.cut_replies))
     console.print(ratings)
-    breakdown = Table(title="breakdowns (mean [95% CI] n)", title_justify="left")
+    console.print(
+        f"Compared on {report.common_scripts} scripts rated for every model; {report.perfect_dropped} scripts "
+        f"every model answered perfectly were dropped (as in the paper); {report.incomplete_scripts} scripts "
+        "left out because some model has no rating."
+    )
+    breakdown = Table(title="breakdowns (mean [95% CI] n; task type on FirstChan scripts)", title_justify="left")
     for column in ("target", "by", "group", "rating"):
         breakdown.add_column(column, justify="left" if column != "rating" else "right")
     for row in report.rows:
@@ -34,6 +39,15 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
             for group, cell in groups.items():
                 breakdown.add_row(row.player, by, group, _cell(cell))
     console.print(breakdown)
+    if report.hardest_tasks:
+        tasks = Table(title="hardest and simplest tasks (mean rating over every model)", title_justify="left")
+        for column in ("end", "task", "type", "scripts", "mean", "per model"):
+            tasks.add_column(column, justify="right" if column in ("scripts", "mean") else "left")
+        for end, rows in (("hardest", report.hardest_tasks), ("simplest", report.simplest_tasks)):
+            for task in rows:
+                per_model = ", ".join(f"{p} {_number(v)}" for p, v in task.by_player.items())
+                tasks.add_row(end, task.task, task.task_type, str(task.scripts), _number(task.mean), per_model)
+        console.print(tasks)
     if report.pairs:
         pairs = Table(title="pairwise (both orders; a win needs both)", title_justify="left")
         for column in ("first", "second", "subset", "compared", "win %", "tie %", "lose %", "delta", "undecided"):
@@ -56,7 +70,12 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
         strategies = ", ".join(f"{name} {count}" for name, count in sorted(c.strategies.items())) or "none"
         scripts = ", ".join(f"{kind} {count}" for kind, count in c.scripts.items())
         console.print(
-            f"collected {c.dialogues} dialogues, {_number(c.mean_turns)} turns on average; user agent strategies: "
-            f"{strategies}; {c.agent_rejections} user agent replies rejected. Scripts: {scripts}."
+            f"collected {c.dialogues} dialogues (simulator {c.simulator}, user agent {c.user_agent}), "
+            f"{_number(c.mean_turns)} turns on average; user agent strategies: {strategies}; "
+            f"{c.agent_rejections} user agent replies rejected; {c.cut_simulator_replies} simulator replies cut by "
+            f"the token cap. Scripts: {scripts}."
         )
-    console.print("Hard subset = FirstChan + SubseqChan scripts. Intervals: bootstrap over scripts.")
+    console.print(
+        "Hard subset = FirstChan + SubseqChan scripts. cut = replies stopped by the token cap. "
+        "Intervals: bootstrap over tasks (a task's scripts are drawn together)."
+    )

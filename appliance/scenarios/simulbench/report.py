@@ -1,9 +1,14 @@
-"""The SimulBench report: 1-10 ratings per target on all scripts and the hard subset, broken down by
-task type, script kind and turn, the pairwise win/tie/lose table, and what collection produced.
+"""The SimulBench report: 1-10 ratings per target on a common script set and its hard subset, broken
+down as the paper does, the hardest and simplest tasks, the pairwise win/tie/lose table, and what
+collection produced.
 
-Intervals are percentile bootstraps over scripts. Pairwise rates follow the
-paper's table: win, tie and lose as % of the compared scripts, from the first
-model's point of view, and delta = win - lose.
+As in the paper, scripts that every evaluated model answered perfectly are dropped (and counted).
+Models are compared on the same scripts: a script that some model has no rating for (its episode
+failed or no verdict parsed) is left out for every model and counted, never dropped for one model
+alone. Intervals resample tasks (a cluster bootstrap): scripts of one task are not independent.
+Stateless/stateful is reported on FirstChan scripts, as in the paper. Pairwise rates follow the
+paper's table: win, tie and lose as % of the compared scripts, from the first model's point of
+view, and delta = win - lose.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
-from appliance.stats import bootstrap_interval
+from appliance.stats import cluster_bootstrap_interval
 from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode
+
+#: the rating template's top score: a script every model got this on tells nothing apart
+PERFECT = 10.0
+#: tasks listed at each end of the hardest/simplest table
+TASKS_SHOWN = 5
 
 
 class Cell(BaseModel):
@@ -30,11 +40,23 @@ class TargetRow(BaseModel):
     player: str
     all: Cell
     hard: Cell
+    #: stateless / stateful, on FirstChan scripts (the paper's breakdown)
     by_task_type: dict[str, Cell]
     by_kind: dict[str, Cell]
     by_turn: dict[str, Cell]
     #: scripts without a rating: the episode failed or no judge's verdict parsed
     unrated: int
+    #: replies cut by the token cap (finish reason "length")
+    cut_replies: int
+
+
+class TaskRow(BaseModel):
+    task: str
+    task_type: str
+    scripts: int
+    #: mean over every model's ratings on the task's common scripts
+    mean: float
+    by_player: dict[str, float]
 
 
 class PairRow(BaseModel):
@@ -51,9 +73,13 @@ class PairRow(BaseModel):
 
 
 class Collection(BaseModel):
+    simulator: str | None
+    user_agent: str | None
     dialogues: int
     mean_turns: float | None
     agent_rejections: int
+    #: simulator replies cut by the token cap
+    cut_simulator_replies: int
     strategies: dict[str, int]
     scripts: dict[str, int]
 
@@ -64,13 +90,16 @@ class SimulBenchReport(BaseModel):
     scenario: str
     status: str
     panel: str
+    #: scripts in the comparison: rated for every model and not perfect for all of them
+    common_scripts: int
+    perfect_dropped: int
+    #: scripts left out because some model has no rating for them
+    incomplete_scripts: int
     rows: list[TargetRow]
+    hardest_tasks: list[TaskRow]
+    simplest_tasks: list[TaskRow]
     pairs: list[PairRow]
     collection: Collection | None
-
-
-def _cell(values: list[float]) -> Cell:
-    return Cell(mean=mean(values) if values else None, ci=bootstrap_interval(values), n=len(values))
 
 
 #: an episode of a stage with its score of one metric (None where it has none)
@@ -85,48 +114,101 @@ def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpiso
 def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
     run = RunView(store, run_id, scenario)
     panel_name = panel or run.panel
-    rated: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+    evaluated = _rated(run, "evaluate", "rating", panel_name)
+    players = sorted({episode.player for episode, _ in evaluated})
+    ratings: dict[str, dict[str, float]] = defaultdict(dict)  # script -> player -> rating
+    scripts: dict[str, dict[str, Any]] = {}
     unrated: Counter[str] = Counter()
-    for episode, value in _rated(run, "evaluate", "rating", panel_name):
+    for episode, value in evaluated:
+        script = str(episode.metadata.get("script", episode.instance_id))
+        scripts[script] = episode.metadata
         if not episode.finished or value is None:
             unrated[episode.player] += 1
-            continue
-        rated[episode.player].append((episode.metadata, value))
-    rows = [_target_row(player, rated[player], unrated[player]) for player in sorted({*rated, *unrated})]
+        else:
+            ratings[script][episode.player] = value
+    complete = {s for s in scripts if set(ratings[s]) == set(players)}
+    perfect = {s for s in complete if all(v == PERFECT for v in ratings[s].values())}
+    common = sorted(complete - perfect)
+    messages = run.messages(speaker="player", instance_prefix="evaluate/")
+    cut = Counter(m.player for m in messages if m.finish_reason == "length")
+    rows = [
+        _target_row(player, [(scripts[s], ratings[s][player]) for s in common], unrated[player], cut[player])
+        for player in players
+    ]
+    tasks = _task_rows(common, scripts, ratings)
     return SimulBenchReport(
         run_id=run_id,
         scenario=scenario,
         status=run.status,
         panel=panel_name,
+        common_scripts=len(common),
+        perfect_dropped=len(perfect),
+        incomplete_scripts=len(scripts) - len(complete),
         rows=rows,
-        pairs=_pair_rows(_rated(run, "compare", "pair_outcome", panel_name)),
+        hardest_tasks=tasks[:TASKS_SHOWN],
+        simplest_tasks=list(reversed(tasks[-TASKS_SHOWN:])) if len(tasks) > TASKS_SHOWN else [],
+        pairs=_pair_rows(_rated(run, "compare", "pair_outcome", panel_name), dropped=perfect),
         collection=_collection(run),
     )
 
 
-def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrated: int) -> TargetRow:
-    def grouped(key: str, order: tuple[str, ...] = ()) -> dict[str, Cell]:
-        groups: dict[str, list[float]] = defaultdict(list)
-        for metadata, value in results:
-            groups[str(metadata.get(key, "?"))].append(value)
-        names = [n for n in order if n in groups] + sorted(n for n in groups if n not in order)
-        return {name: _cell(groups[name]) for name in names}
-
-    return TargetRow(
-        player=player,
-        all=_cell([value for _, value in results]),
-        hard=_cell([value for metadata, value in results if metadata.get("kind") in HARD_KINDS]),
-        by_task_type=grouped("task_type", ("stateless", "stateful")),
-        by_kind=grouped("kind", SCRIPT_KINDS),
-        by_turn=grouped("turn", tuple(str(t) for t in range(1, 20))),
-        unrated=unrated,
+def _cell(results: list[tuple[dict[str, Any], float]], seed: int = 0) -> Cell:
+    values = [value for _, value in results]
+    tasks = [str(metadata.get("task", "?")) for metadata, _ in results]
+    return Cell(
+        mean=mean(values) if values else None, ci=cluster_bootstrap_interval(values, tasks, seed=seed), n=len(values)
     )
 
 
-def _pair_rows(rows: list[RatedEpisode]) -> list[PairRow]:
+def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrated: int, cut: int) -> TargetRow:
+    def grouped(key: str, chosen: list[tuple[dict[str, Any], float]], order: tuple[str, ...] = ()) -> dict[str, Cell]:
+        groups: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+        for metadata, value in chosen:
+            groups[str(metadata.get(key, "?"))].append((metadata, value))
+        names = [n for n in order if n in groups] + sorted(n for n in groups if n not in order)
+        return {name: _cell(groups[name]) for name in names}
+
+    first_challenging = [(m, v) for m, v in results if m.get("kind") == "FirstChan"]
+    return TargetRow(
+        player=player,
+        all=_cell(results),
+        hard=_cell([(m, v) for m, v in results if m.get("kind") in HARD_KINDS]),
+        by_task_type=grouped("task_type", first_challenging, ("stateless", "stateful")),
+        by_kind=grouped("kind", results, SCRIPT_KINDS),
+        by_turn=grouped("turn", results, tuple(str(t) for t in range(1, 20))),
+        unrated=unrated,
+        cut_replies=cut,
+    )
+
+
+def _task_rows(
+    common: list[str], scripts: dict[str, dict[str, Any]], ratings: dict[str, dict[str, float]]
+) -> list[TaskRow]:
+    """Tasks from the hardest (lowest mean rating over all models) to the simplest."""
+    by_task: dict[str, list[str]] = defaultdict(list)
+    for script in common:
+        by_task[str(scripts[script].get("task", "?"))].append(script)
+    rows = []
+    for task, own in by_task.items():
+        players = sorted({p for s in own for p in ratings[s]})
+        rows.append(
+            TaskRow(
+                task=task,
+                task_type=str(scripts[own[0]].get("task_type", "?")),
+                scripts=len(own),
+                mean=mean(v for s in own for v in ratings[s].values()),
+                by_player={p: mean(ratings[s][p] for s in own) for p in players},
+            )
+        )
+    return sorted(rows, key=lambda row: (row.mean, row.task))
+
+
+def _pair_rows(rows: list[RatedEpisode], dropped: set[str]) -> list[PairRow]:
     outcomes: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     undecided: Counter[tuple[str, str, str]] = Counter()
     for episode, value in rows:
+        if str(episode.metadata.get("script")) in dropped:
+            continue
         first, second = episode.player_model or episode.player, episode.partner_model or episode.player
         subsets = ["all", "hard"] if episode.metadata.get("kind") in HARD_KINDS else ["all"]
         for subset in subsets:
@@ -165,10 +247,14 @@ def _collection(run: RunView) -> Collection | None:
         return None
     extracted = run.episodes(finished_only=True, instance_prefix="extract/")
     kinds = Counter(script["kind"] for e in extracted for script in e.metadata.get("scripts", []))
+    simulator_replies = run.messages(speaker="simulator", instance_prefix="collect/")
     return Collection(
+        simulator=run.config.get("simulator"),
+        user_agent=run.config.get("interrogator"),
         dialogues=len(dialogues),
         mean_turns=mean(len(d.get("turns", [])) for d in dialogues),
         agent_rejections=sum(int(d.get("agent_failures", 0)) for d in dialogues),
+        cut_simulator_replies=sum(1 for m in simulator_replies if m.finish_reason == "length"),
         strategies=dict(Counter(s for d in dialogues for s in d.get("strategies", []))),
         scripts={kind: kinds[kind] for kind in SCRIPT_KINDS},
     )

@@ -68,9 +68,12 @@ class TestScript(BaseModel):
     def request(self) -> str:
         return self.history[-1].content
 
-    def earlier_turns(self, max_chars: int | None = None) -> str:
-        """The history before the last request, as judges read it (the most recent `max_chars`)."""
-        return render_turns(self.history[:-1], max_chars)
+    def earlier_turns(self, keep_last: int | None = None) -> str:
+        """The history before the last request, as judges read it (only the last `keep_last` messages)."""
+        return render_turns(self.history[:-1], keep_last)
+
+    def earlier_turn_count(self) -> int:
+        return len(self.history) - 1
 
 
 class ScriptSet(BaseModel):
@@ -80,26 +83,17 @@ class ScriptSet(BaseModel):
     scripts: list[TestScript]
 
 
-def render_turns(history: list[ChatTurn], max_chars: int | None = None) -> str:
-    """Earlier turns as "User: ..." / "System: ..." paragraphs. With `max_chars`, the oldest messages
-    are left out (and counted) until the rest fits, so a judge with a small context still sees the
-    turns nearest the request; a single message longer than that keeps its end."""
+def render_turns(history: list[ChatTurn], keep_last: int | None = None) -> str:
+    """Earlier turns as "User: ..." / "System: ..." paragraphs. With `keep_last`, only the most recent
+    messages are shown and the others are counted, so a judge whose context cannot hold the whole
+    history still sees the turns nearest the request."""
     if not history:
         return "(none: this is the first turn)"
     lines = [f"{'User' if t.role == 'user' else 'System'}: {t.content.strip()}" for t in history]
-    if max_chars is None:
+    if keep_last is None or keep_last >= len(lines):
         return "\n\n".join(lines)
-    kept: list[str] = []
-    size = 0
-    for line in reversed(lines):
-        if kept and size + len(line) > max_chars:
-            break
-        kept.insert(0, line if len(line) <= max_chars else "..." + line[-max_chars:])
-        size += len(kept[0]) + 2
-    omitted = len(lines) - len(kept)
-    if omitted:
-        kept.insert(0, f"({omitted} earlier messages left out)")
-    return "\n\n".join(kept)
+    kept = lines[len(lines) - keep_last :] if keep_last else []
+    return "\n\n".join([f"({len(lines) - len(kept)} earlier messages left out)", *kept])
 
 
 def history_until(turns: list[DialogueTurn], turn: int) -> list[ChatTurn]:

@@ -222,14 +222,25 @@ class ExtractStage(_SimulatorStage, JudgedFamily):
         checks = []
         for number, turn in enumerate(instance.turns, start=1):
             before = history_until(instance.turns, number)[:-1]
-            variables = {
-                "task": task.summary(),
-                "history": render_turns(before, self.settings.judge_history_chars),
-                "request": turn.request,
-                "reply": turn.reply,
-            }
+            variants = [
+                {
+                    "task": task.summary(),
+                    "history": render_turns(before, keep),
+                    "request": turn.request,
+                    "reply": turn.reply,
+                }
+                for keep in range(len(before), -1, -1)
+            ]
             checks += [
-                ask_judge(ctx, self.template, variables, judge_model=judge, panel=panel, target_idx=number)
+                ask_judge(
+                    ctx,
+                    self.template,
+                    variants[0],
+                    judge_model=judge,
+                    panel=panel,
+                    target_idx=number,
+                    shorter=variants[1:],
+                )
                 for judge in judges
             ]
         await asyncio.gather(*checks)
@@ -283,7 +294,7 @@ class EvaluateStage(_Stage, JudgedFamily):
         script = instance.script
         for turn in script.history:
             ctx.record_note(turn.role, turn.content)
-        sampling = Sampling(temperature=0.0, max_tokens=self.settings.simulator_max_tokens)
+        sampling = Sampling(temperature=0.0, max_tokens=self.settings.target_max_tokens)
         await ctx.generate("player", script.messages(), sampling=sampling)
         await self.judge(ctx, instance, judges, panel)
 
@@ -291,15 +302,26 @@ class EvaluateStage(_Stage, JudgedFamily):
         assert isinstance(instance, ScriptInstance)
         script = instance.script
         reply = _last_by(ctx.messages, "player")
-        variables = {
-            "task": script.task.summary(),
-            "history": script.earlier_turns(self.settings.judge_history_chars),
-            "request": script.request,
-            "response": reply.text.strip() or "(empty reply)",
-        }
+        variants = [
+            {
+                "task": script.task.summary(),
+                "history": script.earlier_turns(keep),
+                "request": script.request,
+                "response": reply.text.strip() or "(empty reply)",
+            }
+            for keep in range(script.earlier_turn_count(), -1, -1)
+        ]
         await asyncio.gather(
             *(
-                ask_judge(ctx, self.template, variables, judge_model=judge, panel=panel, target_idx=reply.idx)
+                ask_judge(
+                    ctx,
+                    self.template,
+                    variants[0],
+                    judge_model=judge,
+                    panel=panel,
+                    target_idx=reply.idx,
+                    shorter=variants[1:],
+                )
                 for judge in judges
             )
         )
@@ -354,21 +376,25 @@ class CompareStage(_Stage, JudgedFamily):
         script = instance.script
         first = _last_by(ctx.messages, "answer:player")
         second = _last_by(ctx.messages, "answer:partner")
-        variables = {
-            "instruction": f"Simulate this interface and answer the user's last request.\n{script.task.summary()}",
-            "input": f"{script.earlier_turns(self.settings.judge_history_chars)}\n\nLast request:\n{script.request}",
-        }
+        variants = [
+            {
+                "instruction": f"Simulate this interface and answer the user's last request.\n{script.task.summary()}",
+                "input": f"{script.earlier_turns(keep)}\n\nLast request:\n{script.request}",
+            }
+            for keep in range(script.earlier_turn_count(), -1, -1)
+        ]
         verdicts = await asyncio.gather(
             *(
                 judge_pair(
                     ctx,
                     self.template,
-                    variables,
+                    variants[0],
                     first.text.strip() or "(empty reply)",
                     second.text.strip() or "(empty reply)",
                     judge_model=judge,
                     panel=panel,
                     target_idx=first.idx,
+                    shorter=variants[1:],
                 )
                 for judge in judges
             )

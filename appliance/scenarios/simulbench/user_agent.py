@@ -41,9 +41,9 @@ class SimulBenchSettings(BaseModel):
     user_agent_max_tokens: int = Field(default=200, ge=16)
     request_max_chars: int = Field(default=400, ge=8)
     simulator_temperature: float = Field(default=0.0, ge=0.0)
-    simulator_max_tokens: int = Field(default=320, ge=8)
-    #: earlier turns shown to judges, most recent first, in characters (small judges have 2048-token contexts)
-    judge_history_chars: int = Field(default=2400, ge=200)
+    simulator_max_tokens: int = Field(default=1024, ge=8)
+    #: the models under test answer a script's last request with at most this many tokens
+    target_max_tokens: int = Field(default=1024, ge=8)
     strategies: dict[str, str]
     user_agent: UserAgentPrompts
 
