@@ -17,7 +17,7 @@ def test_interval_of_constant_data_is_a_point_and_of_nothing_is_none() -> None:
     assert bootstrap_interval([]) is None
 
 
-def test_length_penalty_only_for_longer_than_global_median() -> None:
+def test_length_penalty_only_for_longer_than_the_median_and_at_most_seven_percent() -> None:
     assert length_factor(100.0, 200.0) == 1.0
-    assert length_factor(400.0, 100.0) == 0.5
+    assert length_factor(400.0, 100.0) == 1 + 0.07 * (100 / 400 - 1)  # 0.9475, where sqrt would give 0.5
     assert length_factor(None, 100.0) == 1.0

@@ -96,9 +96,13 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
     board = json.loads(report.stdout)[0]
     assert [row["model"] for row in board["rows"]] == ["smollm2-135m"]
     row = board["rows"][0]
-    assert 1.0 <= row["final"] <= 5.0
-    low, high = row["final_ci"]
-    assert low <= row["final"] <= high
+    assert board["judging"] == "conversation" and row["judged_episodes"] == 1
+    if row["refused_episodes"]:  # a majority of the panel flagged a refusal: left out of the scores
+        assert row["final"] is None and row["refusal_ratio"] == 1.0
+    else:
+        assert 1.0 <= row["final"] <= 5.0
+        low, high = row["final_ci"]
+        assert low <= row["final"] <= high
 
 
 @pytest.mark.real_model
@@ -174,7 +178,8 @@ def test_corrupt_gguf_file(tmp_path: Path, content: bytes, message: str) -> None
     models.write_text('[models.broken]\nbackend = "llama_cpp"\npath = "broken.gguf"\n' + smollm2)
     assert_clean_error(cli("models", "check", "broken", "--models", str(models)), "broken", message)
     db = tmp_path / "x.duckdb"
-    args = ["--players", "broken", "--interrogator", "smollm2-135m", "--panel", "smollm2", "--models", str(models)]
+    args = ["--players", "broken", "--interrogator", "smollm2-135m", "--simulator", "smollm2-135m"]
+    args += ["--panel", "smollm2", "--models", str(models)]
     assert_clean_error(cli("run", *args, "--db", str(db)), "broken.gguf", message)
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,), "a failed load must not record a run"
@@ -219,7 +224,7 @@ def test_scenarios_list_counts_instances() -> None:
     assert pingpong["instances"] == 8 * 8 * 2  # cards x situations per language, two languages
     assert set(pingpong["languages"]) == {"en", "de"}
     assert simulatebench["name"] == "simulatebench"
-    assert simulatebench["instances"] == 6 * 5  # six characters, each with one variant per perturbable field
+    assert simulatebench["instances"] == 6 * (1 + 3 * 4)  # six characters, three variants of each of four fields
     assert clembench["name"] == "clembench" and set(clembench["languages"]) == {"en", "de", "fr"}
     assert clembench["default_run"] == 7 * 6  # --limit counts per game: six instances of each of seven games
     assert simulbench["name"] == "simulbench" and simulbench["instances"] == 32 * 3  # tasks x dialogues
@@ -285,10 +290,14 @@ def test_calibrate_a_small_fed_sample_with_the_real_judge(tmp_path: Path) -> Non
 
 
 @pytest.mark.real_model
-def test_score_adds_a_panel_and_applies_its_calibration(tiny_run: TinyRun, tmp_path: Path) -> None:
+def test_score_adds_a_panel_and_applies_its_calibration(tmp_path: Path) -> None:
     require_fed()
-    db = tmp_path / "copy.duckdb"
-    shutil.copy(tiny_run.db, db)
+    db = tmp_path / "turns.duckdb"
+    data = tmp_path / "pingpong"  # per-turn judging: the mode single-turn human labels calibrate
+    shutil.copytree(REPO / "scenarios" / "pingpong", data)
+    (data / "judging.toml").write_text('mode = "turn"\n')
+    first = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "1", "--turns", "1", "--db", str(db)]
+    assert cli("run", "--scenario", f"pingpong:{data}", *first).returncode == 0
     with duckdb.connect(str(db), read_only=True) as con:
         (run_id,) = one(con, "SELECT run_id FROM runs")
         before = con.execute("SELECT panel, count(*) FROM judgments GROUP BY panel").fetchall()
@@ -316,7 +325,7 @@ def test_score_adds_a_panel_and_applies_its_calibration(tiny_run: TinyRun, tmp_p
     calibration_id = json.loads(calibrated.stdout)["calibration_id"]
     scored = cli("score", run_id, "--panel", "gemma3", "--db", str(db), "--json")
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert json.loads(scored.stdout)["summary"]["calibrations"] == {"pingpong": calibration_id}
+    assert json.loads(scored.stdout)["summary"]["calibrations"] == {f"pingpong:{data}": calibration_id}
     with duckdb.connect(str(db), read_only=True) as con:
         panels = dict(con.execute("SELECT panel, count(*) FROM judgments GROUP BY panel").fetchall())
         assert panels["smollm2"] == dict(before)["smollm2"]  # the first panel's verdicts are kept

@@ -72,3 +72,25 @@ def test_a_profile_longer_than_the_context_is_reported_not_truncated(tmp_path: P
     with duckdb.connect(db, read_only=True) as con:
         errors = [r[0] for r in con.execute("SELECT error FROM episodes").fetchall()]
     assert all("does not fit the context of 512 tokens" in error for error in errors)
+
+
+@pytest.mark.real_model
+def test_long_profiles_fit_an_8k_context(tmp_path: Path) -> None:
+    """The two long profiles (over 3,000 tokens) run with SmolLM2 at the 8,192 tokens it was trained to."""
+    models = (REPO / "models.toml").read_text()
+    models = models.replace("context_length = 2048\n", "context_length = 8192\n", 1).replace(
+        "slots = 32", "slots = 2", 1
+    )
+    models_file = tmp_path / "models.toml"
+    models_file.write_text(models)
+    db = str(tmp_path / "long.duckdb")
+    scenario = f"simulatebench:{REPO / 'scenarios' / 'simulatebench' / 'long'}"
+    args = ["--scenario", scenario, "--players", "smollm2-135m", "--limit", "1", "--models", str(models_file)]
+    result = cli("run", *args, "--db", db, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(result.stdout)["leaderboards"][0]["rows"]
+    assert (row["profiles"], row["not_fitting"], row["characters"]) == (2, 0, 2)
+    assert row["ca"] is not None and row["ca_ci"] is not None  # two characters: an interval over characters
+    with duckdb.connect(db, read_only=True) as con:
+        prompt = one(con, "SELECT max(prompt_tokens) FROM messages WHERE speaker = 'player'")[0]
+    assert prompt > 3000
