@@ -359,18 +359,33 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
     two runs compares the same conversations. Sampled, not greedy: player 0.6, interrogator 0.8."""
 
     def run(name: str, seed: str) -> tuple[list[tuple[str, str]], list[tuple[str, float, str]]]:
-        db = tmp_path / f"{name}.duckdb"
+        db = tmp_path / ("other.duckdb" if name == "other" else "shared.duckdb")
         common = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "1", "--turns", "2"]
-        result = cli("run", "--scenario", "pingpong", *common, "--seed", seed, "--db", str(db))
+        result = cli("run", "--scenario", "pingpong", *common, "--seed", seed, "--db", str(db), "--json")
         assert result.returncode == 0, result.stderr[-2000:]
+        run_id = json.loads(result.stdout)["summary"]["run_id"]
         with duckdb.connect(str(db), read_only=True) as con:
-            messages = con.execute("SELECT speaker, text FROM messages ORDER BY episode_id, idx").fetchall()
-            verdicts = con.execute(
-                "SELECT criterion, score, raw_text FROM judgments ORDER BY episode_id, target_idx, criterion"
+            messages = con.execute(
+                "SELECT speaker, text FROM messages JOIN episodes USING (episode_id) WHERE run_id = ? "
+                "ORDER BY instance_id, idx",
+                [run_id],
             ).fetchall()
+            verdicts = con.execute(
+                "SELECT criterion, score, raw_text FROM judgments JOIN episodes USING (episode_id) WHERE run_id = ? "
+                "ORDER BY instance_id, target_idx, criterion",
+                [run_id],
+            ).fetchall()
+        runs.append(run_id)
         return messages, verdicts
 
+    runs: list[str] = []
     first, again, other = run("first", "7"), run("again", "7"), run("other", "8")
     assert first[0] and first[1]
     assert again == first
     assert other[0] != first[0], "another seed samples other conversations"
+    # the nightly gate on two identical runs of the real model: every difference is zero, exit 0
+    compared = cli("compare", runs[0], runs[1], "--db", str(tmp_path / "shared.duckdb"), "--json")
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    metrics = json.loads(compared.stdout)["metrics"]
+    assert {m["metric"] for m in metrics} == {"final", "ln_score", "refusal_ratio"}
+    assert all(m["delta"] in (0.0, None) and not m["regression"] for m in metrics)

@@ -21,6 +21,7 @@ from appliance.offline import enforce_offline
 enforce_offline()
 
 from appliance.catalog import locate_model_file  # noqa: E402
+from appliance.cli.compare import compare  # noqa: E402
 from appliance.cli.imports import add_import_commands  # noqa: E402
 from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
 from appliance.cli.options import (  # noqa: E402
@@ -55,6 +56,7 @@ app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(import_app, name="import")
 app.add_typer(labels_app, name="labels")
 app.command()(calibrate)
+app.command()(compare)
 app.command()(score)
 
 
@@ -393,7 +395,9 @@ def scenarios_generate(
 def main() -> None:
     try:
         add_import_commands(import_app)  # finding the families' importers can fail on a bad $APPLIANCE_FAMILIES
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns an Exit's code here instead of raising it
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except ApplianceError as error:
         error_console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)

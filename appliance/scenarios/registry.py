@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from appliance.errors import ApplianceError
+from appliance.headline import Headline
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.plugins import Registry, import_submodules
 from appliance.scenarios.base import Family
@@ -113,6 +114,8 @@ class FamilyEntry(Generic[ReportT]):
     data_folder: str = ""
     #: position in listings and in the default suite (lower first; ties by name)
     order: int = 100
+    #: (store, run id, scenario spec, panel or None) -> the units and headline metrics `appliance compare` pairs
+    headline: Callable[[Store, str, str, str | None], Headline] | None = None
 
     def folder(self) -> Path:
         configured = Path(self.data_folder or self.name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from appliance.scenarios.clembench.family import DESCRIPTION, ClembenchFamily, load_clembench
 from appliance.scenarios.clembench.generate import generate_instance_set
+from appliance.scenarios.clembench.headline import clembench_headline
 from appliance.scenarios.clembench.instance_sets import save_instance_set
 from appliance.scenarios.clembench.published import read_published
 from appliance.scenarios.clembench.render import print_clem_report
@@ -73,6 +74,7 @@ ENTRY = register_family(
         ),
         generate=generate,
         order=20,
+        headline=clembench_headline,
     )
 )
 

@@ -27,6 +27,8 @@ class EpisodeResult:
     aborted: bool
     main_score: float | None
     lost: bool = False
+    #: the episode's instance, so two runs' episodes can be paired
+    instance_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,9 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
         main_score = own.get("Main Score")
         main = None if main_score is None or np.isnan(main_score) else float(main_score)
         game = str(episode.metadata.get("game", "unknown"))
-        results[episode.player].append(EpisodeResult(game, bool(aborted), main, bool(own.get("Lose"))))
+        results[episode.player].append(
+            EpisodeResult(game, bool(aborted), main, bool(own.get("Lose")), episode.instance_id)
+        )
     return results, failed
 
 

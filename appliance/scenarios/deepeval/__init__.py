@@ -6,6 +6,7 @@ Registered in one place: loader, payoff report and its renderer.
 from __future__ import annotations
 
 from appliance.scenarios.deepeval.family import DESCRIPTION, DeepEvalData, DeepEvalFamily
+from appliance.scenarios.deepeval.headline import deepeval_headline
 from appliance.scenarios.deepeval.render import print_deepeval_report
 from appliance.scenarios.deepeval.report import DeepEvalReport, build_deepeval_report
 from appliance.scenarios.registry import FamilyEntry, LoadRequest, register_family
@@ -26,5 +27,6 @@ ENTRY = register_family(
         quick_limit=1,
         quick_turns=2,
         order=40,
+        headline=deepeval_headline,
     )
 )

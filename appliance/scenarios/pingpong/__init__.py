@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from appliance.scenarios.pingpong.family import DESCRIPTION, PingPongFamily
+from appliance.scenarios.pingpong.headline import pingpong_headline
 from appliance.scenarios.pingpong.importer import import_settings
 from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import PingPongLeaderboard, build_leaderboard
@@ -47,5 +48,6 @@ ENTRY = register_family(
             ),
         ),
         order=0,
+        headline=pingpong_headline,
     )
 )

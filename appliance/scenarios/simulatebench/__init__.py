@@ -6,6 +6,7 @@ from pathlib import Path
 
 from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, LoadRequest, register_family
 from appliance.scenarios.simulatebench.family import DESCRIPTION, SimulateBenchFamily
+from appliance.scenarios.simulatebench.headline import simulatebench_headline
 from appliance.scenarios.simulatebench.importer import import_simulatebench
 from appliance.scenarios.simulatebench.render import print_consistency
 from appliance.scenarios.simulatebench.report import ConsistencyReport, build_consistency_report
@@ -66,5 +67,6 @@ ENTRY = register_family(
             ),
         ),
         order=10,
+        headline=simulatebench_headline,
     )
 )

@@ -7,6 +7,7 @@ from typing import Any
 
 from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, LoadRequest, register_family
 from appliance.scenarios.simulbench.family import DESCRIPTION, SimulBenchFamily, load_simulbench
+from appliance.scenarios.simulbench.headline import simulbench_headline
 from appliance.scenarios.simulbench.render import print_simulbench_report
 from appliance.scenarios.simulbench.report import SimulBenchReport, build_simulbench_report
 from appliance.scenarios.simulbench.scripts import read_published_scripts
@@ -71,5 +72,6 @@ ENTRY = register_family(
             ),
         ),
         order=30,
+        headline=simulbench_headline,
     )
 )

@@ -1,0 +1,228 @@
+"""`appliance compare BASE CANDIDATE`: every family's headline metrics, paired, as a regression gate.
+
+Units are paired by family, instance and player (players are matched by name, or one to one when
+each run has a single player, or as `--pair BASE=CANDIDATE` says). A metric regresses when the
+whole interval of its difference lies below -max_drop (above +max_drop for metrics where lower is
+better). Runs judged by other judges, calibrated differently, or played on other instances are
+refused unless forced, and then every difference is listed with the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from appliance.compare.paired import paired_difference
+from appliance.errors import ApplianceError, describe_validation_error
+from appliance.headline import Headline, Unit
+from appliance.scenarios.registry import family_entry
+from appliance.store import Store
+from appliance.tomlfile import read_toml
+
+
+class Thresholds(BaseModel):
+    """regression.toml: how far each metric may drop before the gate fails."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default_max_drop: float = Field(default=0.0, ge=0.0)
+    #: per metric, named `family.metric` (e.g. "pingpong.final")
+    max_drop: dict[str, float] = Field(default_factory=dict)
+
+    def for_metric(self, name: str) -> float:
+        return self.max_drop.get(name, self.default_max_drop)
+
+    @classmethod
+    def load(cls, path: Path | None, overrides: list[str]) -> Thresholds:
+        thresholds = cls()
+        if path is not None:
+            try:
+                thresholds = cls(**read_toml(path, "regression thresholds"))
+            except ValidationError as error:
+                raise ApplianceError(describe_validation_error(path, error)) from None
+        for item in overrides:
+            name, sep, value = item.rpartition("=")
+            try:
+                drop = float(value)
+            except ValueError:
+                raise ApplianceError(f"--max-drop: '{item}' is not METRIC=NUMBER or NUMBER") from None
+            if drop < 0:
+                raise ApplianceError(f"--max-drop: '{item}' is negative")
+            if sep:
+                thresholds.max_drop[name] = drop
+            else:
+                thresholds.default_max_drop = drop
+        return thresholds
+
+
+class MetricComparison(BaseModel):
+    family: str
+    metric: str
+    base_player: str
+    candidate_player: str
+    higher_is_better: bool
+    base: float | None
+    candidate: float | None
+    delta: float | None
+    ci: tuple[float, float] | None
+    p_value: float | None
+    pairs: int
+    max_drop: float
+    regression: bool
+    description: str = ""
+
+
+class Comparison(BaseModel):
+    base_run: str
+    candidate_run: str
+    forced: bool
+    #: what differs between the runs (judges, calibrations, instances); empty when they match
+    differences: list[str]
+    metrics: list[MetricComparison]
+
+    @property
+    def regressions(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.regression]
+
+
+def compare_runs(
+    store: Store,
+    base_run: str,
+    candidate_run: str,
+    thresholds: Thresholds,
+    *,
+    pairs: Mapping[str, str] | None = None,
+    force: bool = False,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
+    differences = _setting_differences(base_config, candidate_config)
+    scenarios = [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]
+    headlines: list[tuple[str, Headline, Headline]] = []
+    for scenario in scenarios:
+        entry = family_entry(scenario.partition(":")[0])
+        if entry.headline is None:
+            continue
+        base = entry.headline(store, base_run, scenario, None)
+        candidate = entry.headline(store, candidate_run, scenario, None)
+        differences += _unit_differences(scenario, base, candidate)
+        headlines.append((scenario, base, candidate))
+    if not headlines:
+        raise ApplianceError(f"runs '{base_run}' and '{candidate_run}' share no family with headline metrics")
+    if differences and not force:
+        raise ApplianceError(
+            f"runs '{base_run}' and '{candidate_run}' differ ({'; '.join(differences)}); compare anyway with --force"
+        )
+    metrics: list[MetricComparison] = []
+    for scenario, base, candidate in headlines:
+        for base_player, candidate_player in _player_pairs(scenario, base, candidate, pairs):
+            metrics += _compare_players(
+                scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed
+            )
+    unknown = set(thresholds.max_drop) - {f"{m.family}.{m.metric}" for m in metrics}
+    if unknown:
+        raise ApplianceError(f"--max-drop: no metric named {', '.join(sorted(unknown))} in these runs")
+    return Comparison(
+        base_run=base_run, candidate_run=candidate_run, forced=force, differences=differences, metrics=metrics
+    )
+
+
+def _compare_players(
+    scenario: str,
+    base: Headline,
+    candidate: Headline,
+    base_player: str,
+    candidate_player: str,
+    thresholds: Thresholds,
+    resamples: int,
+    seed: int,
+) -> list[MetricComparison]:
+    base_units = {u.key: u for u in base.units if u.player == base_player}
+    candidate_units = {u.key: u for u in candidate.units if u.player == candidate_player}
+    shared = sorted(set(base_units) & set(candidate_units))
+    family = scenario.partition(":")[0]
+    rows = []
+    for metric in base.metrics:
+        difference = paired_difference(
+            [base_units[k] for k in shared],
+            [candidate_units[k] for k in shared],
+            metric.statistic,
+            resamples=resamples,
+            seed=seed,
+        )
+        drop = thresholds.for_metric(f"{family}.{metric.name}")
+        ci = difference.ci
+        regression = ci is not None and (ci[1] < -drop if metric.higher_is_better else ci[0] > drop)
+        rows.append(
+            MetricComparison(
+                family=family,
+                metric=metric.name,
+                base_player=base_player,
+                candidate_player=candidate_player,
+                higher_is_better=metric.higher_is_better,
+                base=difference.base,
+                candidate=difference.candidate,
+                delta=difference.delta,
+                ci=ci,
+                p_value=difference.p_value,
+                pairs=difference.pairs,
+                max_drop=drop,
+                regression=regression,
+                description=metric.description,
+            )
+        )
+    return rows
+
+
+def _player_pairs(
+    scenario: str, base: Headline, candidate: Headline, pairs: Mapping[str, str] | None
+) -> list[tuple[str, str]]:
+    base_players = sorted({u.player for u in base.units})
+    candidate_players = sorted({u.player for u in candidate.units})
+    if pairs:
+        chosen = [(b, c) for b, c in pairs.items() if b in base_players and c in candidate_players]
+        if not chosen:
+            raise ApplianceError(f"--pair: no pair names a player of {scenario} in both runs")
+        return chosen
+    if base_players == candidate_players:
+        return [(p, p) for p in base_players]
+    if len(base_players) == 1 and len(candidate_players) == 1:
+        return [(base_players[0], candidate_players[0])]
+    raise ApplianceError(
+        f"{scenario}: players differ ({', '.join(base_players)} against {', '.join(candidate_players)}); "
+        "name the pairs with --pair BASE=CANDIDATE"
+    )
+
+
+def _setting_differences(base: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
+    found = []
+    base_judges = sorted(base.get("panel", {}).get("judges", []))
+    candidate_judges = sorted(candidate.get("panel", {}).get("judges", []))
+    if base_judges != candidate_judges:
+        found.append(f"judges {', '.join(base_judges)} against {', '.join(candidate_judges)}")
+    if base.get("calibrations", {}) != candidate.get("calibrations", {}):
+        found.append(f"calibrations {base.get('calibrations', {})} against {candidate.get('calibrations', {})}")
+    missing = sorted(set(base.get("scenarios", [])) ^ set(candidate.get("scenarios", [])))
+    if missing:
+        found.append(f"families played by one run only: {', '.join(missing)}")
+    return found
+
+
+def _unit_differences(scenario: str, base: Headline, candidate: Headline) -> list[str]:
+    found = []
+    base_keys, candidate_keys = _keys(base.units), _keys(candidate.units)
+    if base_keys != candidate_keys:
+        only_base, only_candidate = len(base_keys - candidate_keys), len(candidate_keys - base_keys)
+        found.append(f"{scenario} instances: {only_base} only in the base run, {only_candidate} only in the candidate")
+    for name in sorted(set(base.settings) | set(candidate.settings)):
+        if base.settings.get(name) != candidate.settings.get(name):
+            found.append(f"{scenario} {name}: {base.settings.get(name)} against {candidate.settings.get(name)}")
+    return found
+
+
+def _keys(units: list[Unit]) -> set[str]:
+    return {unit.key for unit in units}

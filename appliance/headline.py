@@ -1,0 +1,55 @@
+"""What a family offers `appliance compare`: its headline metrics over pairable units.
+
+A unit is the smallest thing two runs can share: an instance played by one player (a PingPong
+conversation, a clembench episode, a SimulBench script), or a character for SimulateBench. Its key
+is the same in any run that played the same instance, so a base run and a candidate run are paired
+unit by unit. A metric is a statistic over a list of units (a mean, or clembench's clemscore), so
+a paired bootstrap can recompute it on resampled units of both runs at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+
+
+@dataclass(frozen=True)
+class Unit:
+    #: what pairs the unit across runs (an instance id, a script id, a character)
+    key: str
+    #: the player label whose unit this is (a model name, or "A--B" in cross-play)
+    player: str
+    values: Mapping[str, float | None]
+    #: a grouping some statistics need (clembench's game)
+    group: str = ""
+
+
+Statistic = Callable[[Sequence[Unit]], float | None]
+
+
+@dataclass(frozen=True)
+class HeadlineMetric:
+    name: str
+    statistic: Statistic
+    higher_is_better: bool = True
+    #: what the number means, shown beside it
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Headline:
+    units: list[Unit]
+    metrics: list[HeadlineMetric]
+    #: facts about how the figures were made that must match for a comparison (e.g. the judging mode)
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+def mean_of(value: str) -> Statistic:
+    """The mean of one value over the units that have it (None where none has)."""
+
+    def statistic(units: Sequence[Unit]) -> float | None:
+        known = [v for unit in units if (v := unit.values.get(value)) is not None]
+        return fmean(known) if known else None
+
+    return statistic

@@ -1,0 +1,31 @@
+"""DeepEval's headline metrics for `appliance compare`: each task's payoff per role."""
+
+from __future__ import annotations
+
+from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
+from appliance.scenarios import load_family
+from appliance.scenarios.base import RULE_SCORER
+from appliance.scenarios.deepeval.family import DeepEvalFamily
+from appliance.scenarios.deepeval.payoffs import task_of
+from appliance.store import Store
+from appliance.store.run_view import RunView
+
+
+def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+    """One unit per episode (task repetition) and player; its payoff in each role it played."""
+    run = RunView(store, run_id, scenario)
+    family = load_family(scenario, seed=int(run.config["seed"]))
+    assert isinstance(family, DeepEvalFamily)
+    payoff_metrics = {(spec.id, metric): role for spec in family.data.specs for role, metric in spec.payoffs.items()}
+    values: dict[tuple[str, str], dict[str, float | None]] = {}
+    for score in run.scores(panels=[RULE_SCORER, panel or run.panel]):
+        task = task_of(score.instance_id)
+        role = payoff_metrics.get((task, score.metric))
+        if role is not None:
+            values.setdefault((score.instance_id, score.player), {})[f"{task}.{role}"] = score.value
+    units = [Unit(key=instance, player=player, values=own) for (instance, player), own in values.items()]
+    names = sorted({f"{task}.{role}" for (task, _), role in payoff_metrics.items()})
+    return Headline(
+        units=units,
+        metrics=[HeadlineMetric(name, mean_of(name), description="payoff") for name in names],
+    )

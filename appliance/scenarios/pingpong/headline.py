@@ -1,0 +1,47 @@
+"""PingPong's headline metrics for `appliance compare`: final and LN score, refusal ratio, per conversation."""
+
+from __future__ import annotations
+
+from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
+from appliance.scenarios.pingpong.report import build_leaderboard
+from appliance.store import Store
+from appliance.store.run_view import RunView
+
+
+def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+    """One unit per conversation (instance and player); a refused conversation carries no score.
+
+    The LN score of a conversation is its final score times its model's length factor in that run,
+    as the leaderboard computes it; the factor is held fixed while conversations are resampled.
+    """
+    board = build_leaderboard(store, run_id, scenario, panel)
+    factors = {row.model: row.length_factor for row in board.rows}
+    run = RunView(store, run_id, scenario)
+    scores: dict[str, dict[str, float | None]] = {}
+    for score in run.scores(panels=[board.panel], metrics=["final", "refusal"]):
+        scores.setdefault(score.episode_id, {})[score.metric] = score.value
+    units = []
+    for episode in run.episodes(finished_only=True):
+        own = scores.get(episode.episode_id, {})
+        refused = own.get("refusal") == 1.0
+        final = None if refused else own.get("final")
+        units.append(
+            Unit(
+                key=episode.instance_id,
+                player=episode.player,
+                values={
+                    "final": final,
+                    "ln_score": None if final is None else final * factors.get(episode.player, 1.0),
+                    "refused": None if own.get("final") is None else float(refused),
+                },
+            )
+        )
+    return Headline(
+        units=units,
+        metrics=[
+            HeadlineMetric("final", mean_of("final"), description="mean of the criteria (1-5), refusals left out"),
+            HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final"),
+            HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False),
+        ],
+        settings={"judging": board.judging, "panel": board.panel},
+    )
