@@ -76,11 +76,7 @@ class LikertTemplate(_TemplateBase):
 
     @model_validator(mode="after")
     def _check(self) -> LikertTemplate:
-        if not 0 <= self.scale_min < self.scale_max <= 9:
-            raise ValueError("scale must be single digits with scale_min < scale_max")
-        for criterion in self.criteria:
-            if not criterion.isidentifier():
-                raise ValueError(f"criterion '{criterion}' must be an identifier")
+        _check_likert(self.criteria, self.scale_min, self.scale_max)
         return self
 
     def outputs(self) -> list[str]:
@@ -88,10 +84,7 @@ class LikertTemplate(_TemplateBase):
 
     def grammar(self) -> str:
         """`{"crit1": d, ..., "refusal": true|false}` with d on the template's scale."""
-        fields = [f'"\\"{criterion}\\": " digit' for criterion in self.criteria]
-        if self.refusal_flag:
-            fields.append(f'"\\"{REFUSAL}\\": " boolean')
-        body = ' ", " '.join(fields)
+        body = _likert_object(self.criteria, self.refusal_flag)
         return "\n".join(
             [
                 f'root ::= "{{" {body} "}}"',
@@ -133,11 +126,7 @@ class ConversationTemplate(_TemplateBase):
 
     @model_validator(mode="after")
     def _check(self) -> ConversationTemplate:
-        if not 0 <= self.scale_min < self.scale_max <= 9:
-            raise ValueError("scale must be single digits with scale_min < scale_max")
-        for criterion in self.criteria:
-            if not criterion.isidentifier():
-                raise ValueError(f"criterion '{criterion}' must be an identifier")
+        _check_likert(self.criteria, self.scale_min, self.scale_max)
         return self
 
     @property
@@ -153,10 +142,7 @@ class ConversationTemplate(_TemplateBase):
 
     def grammar(self, turns: int) -> str:
         """`{"reasoning": "...", "turns": [{...}, ... x turns]}`, the reasoning bounded in characters."""
-        fields = [f'"\\"{criterion}\\": " digit' for criterion in self.criteria]
-        if self.refusal_flag:
-            fields.append(f'"\\"{REFUSAL}\\": " boolean')
-        turn = ' ", " '.join(fields)
+        turn = _likert_object(self.criteria, self.refusal_flag)
         listed = ' ", " '.join(["turn"] * turns)
         lines = [
             f'root ::= "{{" {"reasoning " if self.reasoning_chars else ""}"\\"turns\\": [" {listed} "]}}"',
@@ -179,6 +165,22 @@ class ConversationTemplate(_TemplateBase):
             for item in listed
         ]
         return None if any(v is None for v in verdicts) else [v for v in verdicts if v is not None]
+
+
+def _check_likert(criteria: list[str], scale_min: int, scale_max: int) -> None:
+    if not 0 <= scale_min < scale_max <= 9:
+        raise ValueError("scale must be single digits with scale_min < scale_max")
+    for criterion in criteria:
+        if not criterion.isidentifier():
+            raise ValueError(f"criterion '{criterion}' must be an identifier")
+
+
+def _likert_object(criteria: list[str], refusal_flag: bool) -> str:
+    """The GBNF body of one Likert verdict's fields: `"crit": digit, ..., "refusal": boolean`."""
+    fields = [f'"\\"{criterion}\\": " digit' for criterion in criteria]
+    if refusal_flag:
+        fields.append(f'"\\"{REFUSAL}\\": " boolean')
+    return ' ", " '.join(fields)
 
 
 def _likert_verdict(
