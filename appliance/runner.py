@@ -25,6 +25,7 @@ from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label
 from appliance.errors import ApplianceError
+from appliance.interrupts import RunInterrupted, StopRequest
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
 from appliance.roles import BackendFactory, episode_roles
@@ -213,10 +214,18 @@ def file_hashes(catalog: Catalog, families: list[ScenarioFamily]) -> dict[str, s
 class Runner:
     """Plays a run's episodes through the scheduler and writes each to the store."""
 
-    def __init__(self, catalog: Catalog, store: Store, backend_factory: BackendFactory = open_backend) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        store: Store,
+        backend_factory: BackendFactory = open_backend,
+        stop: StopRequest | None = None,
+    ) -> None:
         self.catalog = catalog
         self.store = store
         self.backend_factory = backend_factory
+        #: set from outside (Ctrl-C) to start no new episode; the run then ends as interrupted
+        self.stop = stop or StopRequest()
         self._calibrations: dict[str, CalibrationRecord] = {}
 
     def _record_run(self, run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> None:
@@ -273,8 +282,10 @@ class Runner:
             status = "failed"
             try:
                 self._play_phases(run_id, config, phases, first_plan, done, backends, progress, on_episode, on_plan)
+                if self.stop.requested:
+                    raise RunInterrupted(run_id)
                 status = "finished"
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, RunInterrupted):
                 status = "interrupted"
                 raise
             finally:
@@ -322,6 +333,8 @@ class Runner:
     ) -> None:
         """Each phase is planned once the one before it is stored (its stages may read those episodes)."""
         for index, phase in enumerate(phases):
+            if self.stop.requested:
+                return
             planned = (
                 first_plan if index == 0 else plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
             )
@@ -343,8 +356,10 @@ class Runner:
         scheduler = Scheduler(backends)
         limiter = asyncio.Semaphore(config.parallel)
 
-        async def one(planned: PlannedEpisode) -> EpisodeRecord:
+        async def one(planned: PlannedEpisode) -> EpisodeRecord | None:
             async with limiter:
+                if self.stop.requested:  # asked to stop: episodes not yet started are left for --resume
+                    return None
                 record = await self._play_one(planned, config, scheduler)
             self.store.write_episode(record)
             if on_episode is not None:
@@ -353,7 +368,7 @@ class Runner:
 
         work = asyncio.gather(*(one(planned) for planned in todo))
         await scheduler.drive(work)
-        return list(await work)
+        return [record for record in await work if record is not None]
 
     async def _play_one(self, planned: PlannedEpisode, config: RunConfig, scheduler: Scheduler) -> EpisodeRecord:
         support = support_role_models(config)

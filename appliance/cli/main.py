@@ -36,6 +36,7 @@ from appliance.cli.options import (  # noqa: E402
     split_values,
 )
 from appliance.errors import ApplianceError  # noqa: E402
+from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root  # noqa: E402
 from appliance.runner import RunConfig, Runner, RunSummary, instances_for_run, support_role_models  # noqa: E402
@@ -125,7 +126,20 @@ def run(
         for name in roles:
             catalog.get(name)
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
-        summary = _execute_with_progress(Runner(catalog, store), config, families, resume, quiet=as_json)
+        try:
+            with graceful_interrupts(StopRequest()) as stop:
+                runner = Runner(catalog, store, stop=stop)
+                summary = _execute_with_progress(runner, config, families, resume, quiet=as_json)
+        except RunInterrupted as interrupted:
+            stored = len(store.finished_episode_ids(interrupted.run_id))
+            error_console.print(
+                f"interrupted: {stored} finished episodes of run {interrupted.run_id} are stored; resume with: "
+                f"appliance run --resume {interrupted.run_id} --db {store.path}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(INTERRUPTED_EXIT) from None
         reports = [build_scenario_report(store, summary.run_id, name) for name in config.scenarios]
     if as_json:
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
@@ -152,12 +166,27 @@ def _execute_with_progress(
     ) as progress:
         task = progress.add_task("loading models", total=None)
 
+        # Without a terminal (a log file, a nightly job) progress is one plain line per event instead.
+        plain = not quiet and not error_console.is_terminal
+        done = [0]
+
         def planned(run_id: str, count: int) -> None:
             progress.update(task, total=count, description=f"run {run_id}")
+            if plain:
+                error_console.print(f"run {run_id}: {count} episodes to play", markup=False, highlight=False)
 
         def episode_done(record: EpisodeRecord) -> None:
             note = "" if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
             progress.update(task, advance=1, description=note)
+            done[0] += 1
+            if plain:
+                state = record.status if record.error is None else f"{record.status}: {record.error}"
+                error_console.print(
+                    f"episode {done[0]} done: {record.scenario} {record.instance_id} {record.player} ({state})",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
         return runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
 
@@ -403,7 +432,7 @@ def main() -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         error_console.print("interrupted: finished episodes are stored; resume with --resume RUN_ID")
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except typer.Abort:
