@@ -388,3 +388,55 @@ def test_bad_results_and_instance_files_are_clear_errors(tmp_path: Path) -> None
         load_family(f"clembench:{other}")
     with pytest.raises(ApplianceError, match="neither a file, a folder nor a stored instance set"):
         load_family("clembench:no-such-set")
+
+
+def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from appliance.scenarios.base import RULE_SCORER
+    from appliance.store import EpisodeRecord, RunRecord, ScoreRecord
+
+    now = datetime(2026, 1, 1)
+
+    def episode(index: int, scores: dict[str, float] | None, error: str | None = None) -> EpisodeRecord:
+        return EpisodeRecord(
+            episode_id=f"hand:taboo/high/{index}",
+            run_id="hand",
+            scenario="clembench",
+            instance_id=f"taboo/high/{index}",
+            player="m",
+            status="finished" if error is None else "error",
+            seed=0,
+            started_at=now,
+            finished_at=now,
+            wall_s=0.0,
+            error=error,
+            metadata={"game": "taboo", "experiment": "high"},
+            scores=[ScoreRecord(panel=RULE_SCORER, player="m", metric=k, value=v) for k, v in (scores or {}).items()],
+        )
+
+    episodes = [
+        episode(0, {"Aborted": 0.0, "Main Score": 100.0}),
+        episode(1, {"Aborted": 0.0, "Main Score": 50.0}),
+        episode(2, None, error="prompt of 2104 tokens does not fit the context of 2048 tokens of model 'm'"),
+    ]
+    run = RunRecord(
+        run_id="hand",
+        started_at=now,
+        seed=0,
+        config={"scenarios": ["clembench"]},
+        versions={},
+        git_revision=None,
+        file_hashes={},
+    )
+    with Store.open(tmp_path / "hand.duckdb") as store:
+        store.import_run(run, [], episodes)
+        report = build_clem_report(store, "hand", "clembench")
+    (row,) = report.rows
+    # 1 of 3 episodes aborted (it failed to run): 66.7% played, not 100%; quality over the two played
+    assert row.played == pytest.approx(200 / 3) and row.quality == pytest.approx(75.0)
+    assert row.clemscore == pytest.approx(200 / 3 * 75 / 100)
+    assert (row.episodes, row.failed) == (3, 1)
+    assert row.failures == {"prompt of N tokens does not fit the context of N tokens of model 'm'": 1}
+    (game,) = row.games
+    assert (game.aborted, game.failed, game.won) == (1, 1, 2)

@@ -63,6 +63,12 @@ def test_every_task_plays_one_episode_on_the_embedded_model(tmp_path: Path) -> N
     assert report.returncode == 0, report.stderr[-2000:]
     (tables,) = json.loads(report.stdout)
     assert tables["kind"] == "deepeval"
+    assert tables["self_judging"] == ["smollm2-135m"]  # the only player judges too: the report says so
+    with duckdb.connect(db, read_only=True) as con:
+        unparsed = con.execute("SELECT count(*) FROM judgments WHERE panel = 'smollm2' AND NOT parsed").fetchone()
+    assert unparsed is not None and tables["unparsed_ratings"] == unparsed[0]
+    shown = cli("report", run_id, "--db", db)
+    assert "self-judging" in shown.stdout
     symmetric = {row["task"]: row for row in tables["symmetric"]}
     assert set(symmetric) == {"public_goods_mode1", "public_goods_mode2", "idiom_chain", "word_chain"}
     assert all(row["model"] == "smollm2-135m" and row["payoff"]["n"] == 1 for row in symmetric.values())

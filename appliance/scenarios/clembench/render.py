@@ -44,8 +44,11 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
                 str(game.aborted),
             )
     console.print(games)
+    for row in report.rows:
+        for cause, count in sorted(row.failures.items()):
+            console.print(f"{row.player}: {count} episodes failed to run and count as aborted: {cause}", markup=False)
     console.print(
-        "% played = episodes not aborted (a parse rule broken); quality = mean main score (0-100) of played "
-        "episodes; both averaged over games; clemscore = % played x quality / 100. Lost games are played "
-        "games. Intervals: bootstrap over episodes within each game."
+        "% played = episodes not aborted (a parse rule broken, or the episode failed to run); quality = mean "
+        "main score (0-100) of played episodes; both averaged over games; clemscore = % played x quality / 100. "
+        "Lost games are played games. Intervals: bootstrap over episodes within each game."
     )

@@ -4,12 +4,15 @@ As clemcore computes them: per game, % played = 100 x (1 - mean of Aborted)
 over all episodes and quality = mean of Main Score over the episodes that
 have one (aborted episodes have none); overall, both are averaged over games
 and clemscore = average % played x average quality / 100. Lost and aborted
-are counted apart. Intervals resample episodes within each game.
+are counted apart. An episode that failed to run at all (its context
+overflowed, the engine failed) counts as aborted, as in clembench, and its
+cause is counted. Intervals resample episodes within each game.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from statistics import fmean, stdev
 
@@ -29,6 +32,8 @@ class EpisodeResult:
     lost: bool = False
     #: the episode's instance, so two runs' episodes can be paired
     instance_id: str = ""
+    #: why the episode failed to run (it then counts as aborted); None for a played episode
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,9 @@ def aggregate(results: list[EpisodeResult]) -> Aggregate:
 class GameFigures(BaseModel):
     game: str
     episodes: int
+    #: aborted episodes (a rule broken, or the episode failed to run: see `failed`)
     aborted: int
+    failed: int = 0
     lost: int
     won: int
     played: float
@@ -74,7 +81,10 @@ class GameFigures(BaseModel):
 class ClemRow(BaseModel):
     player: str
     episodes: int
+    #: episodes that failed to run; they count as aborted
     failed: int
+    #: why they failed (numbers masked) -> how often
+    failures: dict[str, int] = {}
     games: list[GameFigures]
     played: float
     played_ci: tuple[float, float] | None
@@ -118,7 +128,7 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
 
 
 def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, list[EpisodeResult]], dict[str, int]]:
-    """Finished episodes' results per player, and the count of episodes that failed to run."""
+    """Every episode's result per player (failed ones as aborted), and the count of episodes that failed to run."""
     run = RunView(store, run_id, scenario)
     figures: dict[str, dict[str, float]] = defaultdict(dict)
     for score in run.scores(metrics=["Aborted", "Main Score", "Lose"], finished_only=False):
@@ -130,16 +140,23 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
     for episode in run.episodes():
         own = figures.get(episode.episode_id, {})
         aborted = own.get("Aborted")
+        game = str(episode.metadata.get("game", "unknown"))
         if not episode.finished or aborted is None:
             failed[episode.player] += 1
+            cause = failure_cause(episode.error or "no 'Aborted' score was stored")
+            results[episode.player].append(EpisodeResult(game, True, None, False, episode.instance_id, cause))
             continue
         main_score = own.get("Main Score")
         main = None if main_score is None or np.isnan(main_score) else float(main_score)
-        game = str(episode.metadata.get("game", "unknown"))
         results[episode.player].append(
             EpisodeResult(game, bool(aborted), main, bool(own.get("Lose")), episode.instance_id)
         )
     return results, failed
+
+
+def failure_cause(error: str) -> str:
+    """An error message with its numbers masked, so that failures of one kind are counted together."""
+    return re.sub(r"\d+", "N", error.splitlines()[0] if error else "unknown")[:120]
 
 
 def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ClemReport:
@@ -156,6 +173,7 @@ def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | Non
                 player=player,
                 episodes=len(episodes),
                 failed=failed.get(player, 0),
+                failures=dict(Counter(r.failure for r in episodes if r.failure is not None)),
                 games=[
                     _game_figures(game, figures, [r for r in episodes if r.game == game]) for game in figures.played
                 ],
@@ -179,6 +197,7 @@ def _game_figures(game: str, figures: Aggregate, episodes: list[EpisodeResult]) 
         game=game,
         episodes=len(episodes),
         aborted=aborted,
+        failed=sum(r.failure is not None for r in episodes),
         lost=lost,
         won=len(episodes) - aborted - lost,
         played=figures.played[game],

@@ -42,6 +42,14 @@ def print_deepeval_report(console: Console, report: DeepEvalReport) -> None:
         stable = "yes" if task.stable else "no"
         repetitions.add_row(task.task, str(task.repetitions), str(task.episodes), str(task.failed), stable)
     console.print(repetitions)
+    if report.self_judging:
+        console.print(
+            f"warning: {', '.join(report.self_judging)} both play and judge in this run, so the ratings include "
+            "judges rating their own outputs (self-judging); a panel without the players avoids it.",
+            markup=False,
+        )
+    if report.unparsed_ratings:
+        console.print(f"{report.unparsed_ratings} ratings of the panel did not parse and are left out of the means.")
     console.print(
         "Payoffs: coins owned at the end (public goods), 1 win / 0.5 draw / 0 loss (chains), share of tests "
         "passed (programmer), the panel's 1-10 rating (reviewer, translator, proofreader). Stable: the "

@@ -58,6 +58,10 @@ class DeepEvalReport(BaseModel):
     symmetric: list[PayoffRow]
     asymmetric: list[PayoffRow]
     repetitions: list[TaskRepetitions]
+    #: judges of the panel that are also players in the run: their ratings include their own outputs
+    self_judging: list[str] = []
+    #: the panel's ratings that did not parse (left out of the means)
+    unparsed_ratings: int = 0
     #: the stableness rule the run used
     tolerance: float
     confidence: float
@@ -91,9 +95,19 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         symmetric=[row for row in rows if row.task in symmetric_tasks],
         asymmetric=[row for row in rows if row.task not in symmetric_tasks],
         repetitions=_repetitions(run, rows, data),
+        self_judging=_self_judging(run, panel_name),
+        unparsed_ratings=sum(1 for v in run.verdicts() if v.panel == panel_name and not v.parsed),
         tolerance=rule.tolerance,
         confidence=rule.confidence,
     )
+
+
+def _self_judging(run: RunView, panel: str) -> list[str]:
+    """The run's players that also judge in its panel (known for the panel the run was played with)."""
+    config_panel = run.config.get("panel", {})
+    if config_panel.get("name") != panel:
+        return []
+    return sorted(set(config_panel.get("judges", [])) & set(run.config.get("players", [])))
 
 
 def _mean(values: list[float]) -> float | None:
