@@ -292,15 +292,16 @@ def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path:
     two_player = 4  # wordle_withcritic, taboo, imagegame, referencegame: one instance each with --limit 1
     assert summary.episodes_total == len(GAMES) * 2 + two_player * 2
     rows = {row.player: row for row in report.rows}
-    assert set(rows) == {*players, "smollm2-135m--gemma3-270m", "gemma3-270m--smollm2-135m"}
+    assert set(rows) == set(players), "clemscore is ranked on self-play only"
+    crossed = {row.player: row for row in report.cross_play}
+    assert set(crossed) == {"smollm2-135m--gemma3-270m", "gemma3-270m--smollm2-135m"}
     assert rows["smollm2-135m"].clemscore == pytest.approx(100.0)
     assert rows["gemma3-270m"].played == 0.0 and rows["gemma3-270m"].clemscore == 0.0
-    assert {g.game for g in rows["gemma3-270m--smollm2-135m"].games} == {
-        "wordle_withcritic",
-        "taboo",
-        "imagegame",
-        "referencegame",
+    games = {
+        g.game.split("_")[0] if g.game.startswith("referencegame") else g.game
+        for g in crossed["gemma3-270m--smollm2-135m"].games
     }
+    assert games == {"wordle_withcritic", "taboo", "imagegame", "referencegame"}
 
 
 def test_aggregation_follows_clemcore() -> None:
@@ -440,3 +441,54 @@ def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path
     assert row.failures == {"prompt of N tokens does not fit the context of N tokens of model 'm'": 1}
     (game,) = row.games
     assert (game.aborted, game.failed, game.won) == (1, 1, 2)
+
+
+def test_languages_are_rows_of_their_own_and_compared_with_english(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from appliance.scenarios.base import RULE_SCORER
+    from appliance.store import EpisodeRecord, RunRecord, ScoreRecord
+
+    now = datetime(2026, 1, 1)
+
+    def episode(index: int, language: str, aborted: float, main: float | None) -> EpisodeRecord:
+        scores = {"Aborted": aborted, **({"Main Score": main} if main is not None else {})}
+        return EpisodeRecord(
+            episode_id=f"lang:{index}",
+            run_id="lang",
+            scenario="clembench",
+            instance_id=f"referencegame/compact_grids_{language}/{index}",
+            player="m",
+            status="finished",
+            seed=0,
+            started_at=now,
+            finished_at=now,
+            wall_s=0.0,
+            metadata={"game": "referencegame", "language": language, "experiment": f"compact_grids_{language}"},
+            scores=[ScoreRecord(panel=RULE_SCORER, player="m", metric=k, value=v) for k, v in scores.items()],
+        )
+
+    episodes = [
+        episode(0, "en", 0.0, 100.0),
+        episode(1, "en", 0.0, 50.0),  # English: 100% played, quality 75
+        episode(2, "de", 0.0, 100.0),
+        episode(3, "de", 1.0, None),  # German: 50% played, quality 100
+    ]
+    run = RunRecord(
+        run_id="lang",
+        started_at=now,
+        seed=0,
+        config={"scenarios": ["clembench"]},
+        versions={},
+        git_revision=None,
+        file_hashes={},
+    )
+    with Store.open(tmp_path / "lang.duckdb") as store:
+        store.import_run(run, [], episodes)
+        report = build_clem_report(store, "lang", "clembench")
+    (row,) = report.rows
+    assert {g.game for g in row.games} == {"referencegame", "referencegame_de"}, "German is not pooled with English"
+    assert row.clemscore == pytest.approx(75.0)  # from the English game, as the paper's Table 1
+    (german,) = report.languages
+    assert (german.game, german.language, german.played, german.quality) == ("referencegame", "de", 50.0, 100.0)
+    assert (german.played_change, german.quality_change) == (-50.0, 25.0)

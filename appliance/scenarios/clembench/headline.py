@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from appliance.headline import Headline, HeadlineMetric, Unit
-from appliance.scenarios.clembench.report import EpisodeResult, aggregate, load_results
+from appliance.scenarios.clembench.report import EpisodeResult, aggregate, headline_results, load_results
 from appliance.store import Store
 
 
@@ -26,7 +26,8 @@ def _clemscore(units: Sequence[Unit]) -> float | None:
 
 
 def clembench_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
-    """One unit per finished episode, keyed by instance; clemcore's aggregation over the resampled units."""
+    """One unit per episode of the English games (as clemscore), keyed by instance; clemcore's aggregation
+    over the resampled units."""
     results, _ = load_results(store, run_id, scenario)
     units = [
         Unit(
@@ -36,7 +37,7 @@ def clembench_headline(store: Store, run_id: str, scenario: str, panel: str | No
             group=result.game,
         )
         for player, rows in results.items()
-        for result in rows
+        for result in headline_results(rows)
     ]
     return Headline(
         units=units,

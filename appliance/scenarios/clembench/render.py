@@ -5,16 +5,16 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from appliance.scenarios.clembench.report import ClemReport
+from appliance.scenarios.clembench.report import ClemReport, ClemRow
 from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
 
-def print_clem_report(console: Console, report: ClemReport) -> None:
-    overall = Table(title=f"{report.scenario}: clemscore, run {report.run_id} ({report.status})", title_justify="left")
+def _overall_table(title: str, rows: list[ClemRow]) -> Table:
+    overall = Table(title=title, title_justify="left")
     for column in ("player", "clemscore", "95% CI", "% played", "95% CI", "quality", "95% CI", "episodes", "failed"):
         overall.add_column(column, justify="left" if column == "player" else "right")
-    for row in report.rows:
+    for row in rows:
         overall.add_row(
             row.player,
             _number(row.clemscore),
@@ -26,11 +26,33 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
             str(row.episodes),
             str(row.failed),
         )
-    console.print(overall)
+    return overall
+
+
+def print_clem_report(console: Console, report: ClemReport) -> None:
+    title = f"{report.scenario}: clemscore (self-play, English games), run {report.run_id} ({report.status})"
+    console.print(_overall_table(title, report.rows))
+    if report.cross_play:
+        console.print(_overall_table("cross-play (A--B: A in the first role; two-player games)", report.cross_play))
+    if report.languages:
+        languages = Table(title="languages against English (the paper's Table 2)", title_justify="left")
+        for column in ("player", "game", "language", "% played", "change", "quality", "change"):
+            languages.add_column(column, justify="left" if column in ("player", "game", "language") else "right")
+        for lang in report.languages:
+            languages.add_row(
+                lang.player,
+                lang.game,
+                lang.language,
+                _number(lang.played),
+                _number(lang.played_change),
+                _number(lang.quality),
+                _number(lang.quality_change),
+            )
+        console.print(languages)
     games = Table(title="per game", title_justify="left")
     for column in ("player", "game", "% played", "quality", "95% CI", "std", "won", "lost", "aborted"):
         games.add_column(column, justify="left" if column in ("player", "game") else "right")
-    for row in report.rows:
+    for row in [*report.rows, *report.cross_play]:
         for game in row.games:
             games.add_row(
                 row.player,
@@ -44,7 +66,7 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
                 str(game.aborted),
             )
     console.print(games)
-    for row in report.rows:
+    for row in [*report.rows, *report.cross_play]:
         for cause, count in sorted(row.failures.items()):
             console.print(f"{row.player}: {count} episodes failed to run and count as aborted: {cause}", markup=False)
     console.print(

@@ -34,6 +34,8 @@ class EpisodeResult:
     instance_id: str = ""
     #: why the episode failed to run (it then counts as aborted); None for a played episode
     failure: str | None = None
+    #: the instance's language ("" where unknown, e.g. imported results)
+    language: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,27 @@ class ClemRow(BaseModel):
     clemscore_ci: tuple[float, float] | None
 
 
+class LanguageRow(BaseModel):
+    """The paper's Table 2: a game in another language against the same game in English."""
+
+    player: str
+    game: str
+    language: str
+    played: float
+    quality: float | None
+    played_change: float | None
+    quality_change: float | None
+
+
 class ClemReport(BaseModel):
     run_id: str
     scenario: str
     status: str
+    #: self-play: clemscore as the paper's Table 1 (English games)
     rows: list[ClemRow]
+    #: cross-play pairs (A--B, A in the first role), on the two-player games, apart from the ranking
+    cross_play: list[ClemRow] = []
+    languages: list[LanguageRow] = []
 
 
 def bootstrap_aggregate(
@@ -140,18 +158,36 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
     for episode in run.episodes():
         own = figures.get(episode.episode_id, {})
         aborted = own.get("Aborted")
-        game = str(episode.metadata.get("game", "unknown"))
+        language = str(episode.metadata.get("language", ""))
+        game = game_row(str(episode.metadata.get("game", "unknown")), language)
         if not episode.finished or aborted is None:
             failed[episode.player] += 1
             cause = failure_cause(episode.error or "no 'Aborted' score was stored")
-            results[episode.player].append(EpisodeResult(game, True, None, False, episode.instance_id, cause))
+            results[episode.player].append(EpisodeResult(game, True, None, False, episode.instance_id, cause, language))
             continue
         main_score = own.get("Main Score")
         main = None if main_score is None or np.isnan(main_score) else float(main_score)
         results[episode.player].append(
-            EpisodeResult(game, bool(aborted), main, bool(own.get("Lose")), episode.instance_id)
+            EpisodeResult(game, bool(aborted), main, bool(own.get("Lose")), episode.instance_id, None, language)
         )
     return results, failed
+
+
+def is_cross_play(player: str) -> bool:
+    """`A--B` with two different models; clembench also names self-play `A--A`."""
+    first, separator, second = player.partition("--")
+    return bool(separator) and first != second
+
+
+def game_row(game: str, language: str) -> str:
+    """A game in another language than English is its own row, as clembench keeps it (`referencegame_de`)."""
+    return game if language in ("", "en") else f"{game}_{language}"
+
+
+def headline_results(results: list[EpisodeResult]) -> list[EpisodeResult]:
+    """What clemscore is computed on: the English games, as the paper's Table 1 (all games where none is)."""
+    english = [r for r in results if r.language in ("", "en")]
+    return english or results
 
 
 def failure_cause(error: str) -> str:
@@ -166,8 +202,10 @@ def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | Non
     rows = []
     for player in sorted(set(results) | set(failed)):
         episodes = results.get(player, [])
-        figures = aggregate(episodes) if episodes else Aggregate({}, {}, 0.0, None, None)
-        intervals = bootstrap_aggregate(episodes) if episodes else {}
+        headline = headline_results(episodes)
+        overall = aggregate(headline) if headline else Aggregate({}, {}, 0.0, None, None)
+        per_game = aggregate(episodes) if episodes else Aggregate({}, {}, 0.0, None, None)
+        intervals = bootstrap_aggregate(headline) if headline else {}
         rows.append(
             ClemRow(
                 player=player,
@@ -175,18 +213,50 @@ def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | Non
                 failed=failed.get(player, 0),
                 failures=dict(Counter(r.failure for r in episodes if r.failure is not None)),
                 games=[
-                    _game_figures(game, figures, [r for r in episodes if r.game == game]) for game in figures.played
+                    _game_figures(game, per_game, [r for r in episodes if r.game == game]) for game in per_game.played
                 ],
-                played=figures.average_played,
+                played=overall.average_played,
                 played_ci=intervals.get("played"),
-                quality=figures.average_quality,
+                quality=overall.average_quality,
                 quality_ci=intervals.get("quality"),
-                clemscore=figures.clemscore,
+                clemscore=overall.clemscore,
                 clemscore_ci=intervals.get("clemscore"),
             )
         )
     rows.sort(key=lambda row: -(row.clemscore or 0.0))
-    return ClemReport(run_id=run_id, scenario=scenario, status=status, rows=rows)
+    self_play = [row for row in rows if not is_cross_play(row.player)]
+    return ClemReport(
+        run_id=run_id,
+        scenario=scenario,
+        status=status,
+        rows=self_play,
+        cross_play=[row for row in rows if is_cross_play(row.player)],
+        languages=[lang for row in self_play for lang in _language_rows(row, results.get(row.player, []))],
+    )
+
+
+def _language_rows(row: ClemRow, episodes: list[EpisodeResult]) -> list[LanguageRow]:
+    figures = {game.game: game for game in row.games}
+    found = sorted({(r.game, r.language) for r in episodes if r.language not in ("", "en")})
+    languages = []
+    for game, language in found:
+        english = figures.get(game.removesuffix(f"_{language}"))
+        own = figures[game]
+        quality_change = (
+            None if english is None or english.quality is None or own.quality is None else own.quality - english.quality
+        )
+        languages.append(
+            LanguageRow(
+                player=row.player,
+                game=game.removesuffix(f"_{language}"),
+                language=language,
+                played=own.played,
+                quality=own.quality,
+                played_change=None if english is None else own.played - english.played,
+                quality_change=quality_change,
+            )
+        )
+    return languages
 
 
 def _game_figures(game: str, figures: Aggregate, episodes: list[EpisodeResult]) -> GameFigures:
