@@ -58,7 +58,7 @@ class RunConfig(BaseModel):
     turns: int | None = Field(default=None, ge=1)
     #: two-player games also pair every player with every other one, in both roles
     cross_play: bool = False
-    #: the fixed model that answers SimulBench's user agent while dialogues are collected (default: first player)
+    #: the fixed model that answers SimulBench's user agent while dialogues are collected (required for SimulBench)
     simulator: str | None = None
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
