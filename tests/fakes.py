@@ -9,14 +9,17 @@ sentence, so every family can run end to end without a real model.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
+from appliance.scenarios.base import RULE_SCORER
+from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store
 
 #: (model name, request) -> the reply text
 Reply = Callable[[str, GenerationRequest], str]
@@ -40,6 +43,71 @@ def one(connection: Any, sql: str) -> tuple[Any, ...]:
     row = connection.execute(sql).fetchone()
     assert row is not None, f"no row for: {sql}"
     return tuple(row)
+
+
+# -- hand-made runs: reports checked against figures computed by hand ----------
+
+HAND_TIME = datetime(2026, 1, 1)
+
+
+def hand_episode(
+    run_id: str,
+    scenario: str,
+    instance_id: str,
+    player: str,
+    *,
+    scores: Mapping[str, float | None] | None = None,
+    panel: str = RULE_SCORER,
+    metadata: dict[str, Any] | None = None,
+    messages: Sequence[tuple[str, str]] = (),
+    error: str | None = None,
+) -> EpisodeRecord:
+    """An episode as a family would store it; `error` makes it a failed one, `messages` are (speaker, text)."""
+    return EpisodeRecord(
+        episode_id=f"{run_id}:{instance_id}:{player}",
+        run_id=run_id,
+        scenario=scenario,
+        instance_id=instance_id,
+        player=player,
+        status="finished" if error is None else "error",
+        seed=0,
+        started_at=HAND_TIME,
+        finished_at=HAND_TIME,
+        wall_s=0.0,
+        error=error,
+        metadata=metadata or {},
+        messages=[
+            MessageRecord(
+                idx=idx,
+                speaker=speaker,
+                model=player,
+                text=text,
+                prompt_tokens=0,
+                cached_prompt_tokens=0,
+                completion_tokens=0,
+                latency_s=0.0,
+                finish_reason="stop",
+            )
+            for idx, (speaker, text) in enumerate(messages)
+        ],
+        scores=[ScoreRecord(panel=panel, player=player, metric=m, value=v) for m, v in (scores or {}).items()],
+    )
+
+
+def store_hand_run(store: Store, run_id: str, config: dict[str, Any], episodes: list[EpisodeRecord]) -> None:
+    store.import_run(
+        RunRecord(
+            run_id=run_id,
+            started_at=HAND_TIME,
+            seed=0,
+            config=config,
+            versions={},
+            git_revision=None,
+            file_hashes={},
+        ),
+        [],
+        episodes,
+    )
 
 
 def default_reply(model: str, request: GenerationRequest) -> str:

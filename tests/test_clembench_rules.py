@@ -32,8 +32,8 @@ from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
 from appliance.scheduler import Scheduler
-from appliance.store import Store
-from tests.fakes import conversation_of, scripted_factory
+from appliance.store import EpisodeRecord, Store
+from tests.fakes import conversation_of, hand_episode, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
 GAMES = tuple(variant_names())
@@ -392,28 +392,10 @@ def test_bad_results_and_instance_files_are_clear_errors(tmp_path: Path) -> None
 
 
 def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path: Path) -> None:
-    from datetime import datetime
-
-    from appliance.scenarios.base import RULE_SCORER
-    from appliance.store import EpisodeRecord, RunRecord, ScoreRecord
-
-    now = datetime(2026, 1, 1)
-
     def episode(index: int, scores: dict[str, float] | None, error: str | None = None) -> EpisodeRecord:
-        return EpisodeRecord(
-            episode_id=f"hand:taboo/high/{index}",
-            run_id="hand",
-            scenario="clembench",
-            instance_id=f"taboo/high/{index}",
-            player="m",
-            status="finished" if error is None else "error",
-            seed=0,
-            started_at=now,
-            finished_at=now,
-            wall_s=0.0,
-            error=error,
-            metadata={"game": "taboo", "experiment": "high"},
-            scores=[ScoreRecord(panel=RULE_SCORER, player="m", metric=k, value=v) for k, v in (scores or {}).items()],
+        metadata = {"game": "taboo", "experiment": "high"}
+        return hand_episode(
+            "hand", "clembench", f"taboo/high/{index}", "m", scores=scores, metadata=metadata, error=error
         )
 
     episodes = [
@@ -421,17 +403,8 @@ def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path
         episode(1, {"Aborted": 0.0, "Main Score": 50.0}),
         episode(2, None, error="prompt of 2104 tokens does not fit the context of 2048 tokens of model 'm'"),
     ]
-    run = RunRecord(
-        run_id="hand",
-        started_at=now,
-        seed=0,
-        config={"scenarios": ["clembench"]},
-        versions={},
-        git_revision=None,
-        file_hashes={},
-    )
     with Store.open(tmp_path / "hand.duckdb") as store:
-        store.import_run(run, [], episodes)
+        store_hand_run(store, "hand", {"scenarios": ["clembench"]}, episodes)
         report = build_clem_report(store, "hand", "clembench")
     (row,) = report.rows
     # 1 of 3 episodes aborted (it failed to run): 66.7% played, not 100%; quality over the two played
@@ -444,29 +417,11 @@ def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path
 
 
 def test_languages_are_rows_of_their_own_and_compared_with_english(tmp_path: Path) -> None:
-    from datetime import datetime
-
-    from appliance.scenarios.base import RULE_SCORER
-    from appliance.store import EpisodeRecord, RunRecord, ScoreRecord
-
-    now = datetime(2026, 1, 1)
-
     def episode(index: int, language: str, aborted: float, main: float | None) -> EpisodeRecord:
         scores = {"Aborted": aborted, **({"Main Score": main} if main is not None else {})}
-        return EpisodeRecord(
-            episode_id=f"lang:{index}",
-            run_id="lang",
-            scenario="clembench",
-            instance_id=f"referencegame/compact_grids_{language}/{index}",
-            player="m",
-            status="finished",
-            seed=0,
-            started_at=now,
-            finished_at=now,
-            wall_s=0.0,
-            metadata={"game": "referencegame", "language": language, "experiment": f"compact_grids_{language}"},
-            scores=[ScoreRecord(panel=RULE_SCORER, player="m", metric=k, value=v) for k, v in scores.items()],
-        )
+        metadata = {"game": "referencegame", "language": language, "experiment": f"compact_grids_{language}"}
+        instance = f"referencegame/compact_grids_{language}/{index}"
+        return hand_episode("lang", "clembench", instance, "m", scores=scores, metadata=metadata)
 
     episodes = [
         episode(0, "en", 0.0, 100.0),
@@ -474,17 +429,8 @@ def test_languages_are_rows_of_their_own_and_compared_with_english(tmp_path: Pat
         episode(2, "de", 0.0, 100.0),
         episode(3, "de", 1.0, None),  # German: 50% played, quality 100
     ]
-    run = RunRecord(
-        run_id="lang",
-        started_at=now,
-        seed=0,
-        config={"scenarios": ["clembench"]},
-        versions={},
-        git_revision=None,
-        file_hashes={},
-    )
     with Store.open(tmp_path / "lang.duckdb") as store:
-        store.import_run(run, [], episodes)
+        store_hand_run(store, "lang", {"scenarios": ["clembench"]}, episodes)
         report = build_clem_report(store, "lang", "clembench")
     (row,) = report.rows
     assert {g.game for g in row.games} == {"referencegame", "referencegame_de"}, "German is not pooled with English"

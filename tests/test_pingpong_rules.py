@@ -18,8 +18,8 @@ from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
-from appliance.store import EpisodeRecord, JudgmentRecord, MessageRecord, RunRecord, ScoreRecord, Store
-from tests.fakes import conversation_of, role_of, scripted_factory
+from appliance.store import EpisodeRecord, JudgmentRecord, Store
+from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -241,37 +241,16 @@ def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path
 def _episode(
     run_id: str, player: str, index: int, reply: str, scores: dict[str, float], finished: bool = True
 ) -> EpisodeRecord:
-    now = datetime(2026, 1, 1)
-    messages = [
-        MessageRecord(
-            idx=idx,
-            speaker=speaker,
-            model=player,
-            text=text,
-            prompt_tokens=0,
-            cached_prompt_tokens=0,
-            completion_tokens=0,
-            latency_s=0.0,
-            finish_reason="stop",
-        )
-        for idx, (speaker, text) in enumerate([("interrogator", "hi"), ("player", reply)] * 2)
-    ]
-    return EpisodeRecord(
-        episode_id=f"{run_id}:{player}:{index}",
-        run_id=run_id,
-        scenario="pingpong",
-        instance_id=f"card~situation-{index}",
-        player=player,
-        status="finished" if finished else "error",
-        seed=0,
-        started_at=now,
-        finished_at=now,
-        wall_s=0.0,
+    return hand_episode(
+        run_id,
+        "pingpong",
+        f"card~situation-{index}",
+        player,
+        scores=scores,
+        panel="default",
         metadata={"judging": "conversation"},
-        messages=messages,
-        scores=[ScoreRecord(panel="default", player=player, metric=m, value=v) for m, v in scores.items()]
-        if finished
-        else [],
+        messages=[("interrogator", "hi"), ("player", reply)] * 2,
+        error=None if finished else "failed",
     )
 
 
@@ -291,19 +270,7 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
     ]
     config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"]}}
     with Store.open(tmp_path / "hand.duckdb") as store:
-        store.import_run(
-            RunRecord(
-                run_id=run_id,
-                started_at=datetime(2026, 1, 1),
-                seed=0,
-                config=config,
-                versions={},
-                git_revision=None,
-                file_hashes={},
-            ),
-            [],
-            episodes,
-        )
+        store_hand_run(store, run_id, config, episodes)
         board = build_leaderboard(store, run_id)
     rows = {row.model: row for row in board.rows}
     # mean reply lengths 100 and 300; their median 200

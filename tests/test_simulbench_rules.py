@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -36,9 +35,9 @@ from appliance.scenarios.simulbench.user_agent import (
 from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_outcome, pair_scores
 from appliance.scheduler import Scheduler
 from appliance.stats import bootstrap_interval, cluster_bootstrap_interval
-from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
+from appliance.store import EpisodeRecord, Store
 from appliance.store.records import JudgmentRecord
-from tests.fakes import conversation_of, role_of, scripted_factory
+from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "simulbench"
@@ -334,20 +333,14 @@ def _evaluated(
     run_id: str, script: str, meta: tuple[str, str, str], player: str, rating: float | None
 ) -> EpisodeRecord:
     task, task_type, kind = meta
-    now = datetime(2026, 1, 1)
-    return EpisodeRecord(
-        episode_id=f"{run_id}:evaluate/{script}:{player}",
-        run_id=run_id,
-        scenario="simulbench",
-        instance_id=f"evaluate/{script}",
-        player=player,
-        status="finished",
-        seed=0,
-        started_at=now,
-        finished_at=now,
-        wall_s=0.0,
+    return hand_episode(
+        run_id,
+        "simulbench",
+        f"evaluate/{script}",
+        player,
+        scores={"rating": rating},
+        panel="p",
         metadata={"stage": "evaluate", "script": script, "task": task, "task_type": task_type, "kind": kind},
-        scores=[ScoreRecord(panel="p", player=player, metric="rating", value=rating)],
     )
 
 
@@ -365,19 +358,8 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
         for player, rating in (("a", a), ("b", b))
     ]
     with Store.open(tmp_path / "hand.duckdb") as store:
-        store.import_run(
-            RunRecord(
-                run_id="hand",
-                started_at=datetime(2026, 1, 1),
-                seed=0,
-                config={"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}},
-                versions={},
-                git_revision=None,
-                file_hashes={},
-            ),
-            [],
-            episodes,
-        )
+        config = {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}
+        store_hand_run(store, "hand", config, episodes)
         report = build_simulbench_report(store, "hand", "simulbench")
     assert (report.common_scripts, report.perfect_dropped, report.incomplete_scripts) == (3, 1, 1)
     rows = {row.player: row for row in report.rows}
