@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
-from appliance.scenarios.pingpong.report import build_leaderboard
+from appliance.scenarios.pingpong.report import judging_mode, length_factor, reply_lengths
 from appliance.store import Store
 from appliance.store.run_view import RunView
 
@@ -14,14 +14,16 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
     The LN score of a conversation is its final score times its model's length factor in that run,
     as the leaderboard computes it; the factor is held fixed while conversations are resampled.
     """
-    board = build_leaderboard(store, run_id, scenario, panel)
-    factors = {row.model: row.length_factor for row in board.rows}
     run = RunView(store, run_id, scenario)
+    panel_name = panel or run.panel
+    episodes = run.episodes()
+    means, median_of_means = reply_lengths(episodes, run.messages(speaker="player"))
+    factors = {player: length_factor(value, median_of_means) for player, value in means.items()}
     scores: dict[str, dict[str, float | None]] = {}
-    for score in run.scores(panels=[board.panel], metrics=["final", "refusal"]):
+    for score in run.scores(panels=[panel_name], metrics=["final", "refusal"]):
         scores.setdefault(score.episode_id, {})[score.metric] = score.value
     units = []
-    for episode in run.episodes(finished_only=True):
+    for episode in (e for e in episodes if e.finished):
         own = scores.get(episode.episode_id, {})
         refused = own.get("refusal") == 1.0
         final = None if refused else own.get("final")
@@ -43,5 +45,5 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
             HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final"),
             HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False),
         ],
-        settings={"judging": board.judging, "panel": board.panel},
+        settings={"judging": judging_mode(episodes), "panel": panel_name},
     )

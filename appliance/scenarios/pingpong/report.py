@@ -97,12 +97,7 @@ def build_leaderboard(
     messages = run.messages()
     scores = run.scores(panels=[panel])
     players = sorted({episode.player for episode in episodes})
-    finished = {e.episode_id for e in episodes if e.finished}
-    mean_lengths = {
-        player: mean(lengths) if (lengths := _reply_lengths(messages, player, finished)) else None for player in players
-    }
-    known = [value for value in mean_lengths.values() if value is not None]
-    median_of_means = median(known) if known else None
+    mean_lengths, median_of_means = reply_lengths(episodes, messages)
     rows = [
         _row(player, episodes, messages, scores, mean_lengths[player], median_of_means, seed=index)
         for index, player in enumerate(players)
@@ -115,7 +110,7 @@ def build_leaderboard(
         panel=panel,
         status=run.status,
         median_of_mean_lengths=median_of_means,
-        judging=", ".join(sorted({str(e.metadata["judging"]) for e in episodes if "judging" in e.metadata})) or "turn",
+        judging=judging_mode(episodes),
         rows=rows,
         calibration=_describe_calibration(store, calibration_ids),
         panels=panels,
@@ -135,12 +130,23 @@ def _describe_calibration(store: Store, ids: list[str]) -> dict[str, object] | N
     }
 
 
-def _reply_lengths(messages: list[StoredMessage], player: str, finished: set[str]) -> list[float]:
-    return [
-        float(len(m.text))
-        for m in messages
-        if m.player == player and m.speaker == "player" and m.episode_id in finished
-    ]
+def judging_mode(episodes: list[StoredEpisode]) -> str:
+    """How the panel judged the run's conversations ("turn" for runs stored before the mode was recorded)."""
+    return ", ".join(sorted({str(e.metadata["judging"]) for e in episodes if "judging" in e.metadata})) or "turn"
+
+
+def reply_lengths(
+    episodes: list[StoredEpisode], messages: list[StoredMessage]
+) -> tuple[dict[str, float | None], float | None]:
+    """Each model's mean player-reply length over its finished conversations, and the median of those means."""
+    finished = {e.episode_id for e in episodes if e.finished}
+    lengths: dict[str, list[float]] = {e.player: [] for e in episodes}
+    for m in messages:
+        if m.speaker == "player" and m.episode_id in finished:
+            lengths.setdefault(m.player, []).append(float(len(m.text)))
+    means = {player: mean(values) if values else None for player, values in lengths.items()}
+    known = [value for value in means.values() if value is not None]
+    return means, median(known) if known else None
 
 
 def _row(
