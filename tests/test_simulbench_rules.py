@@ -75,6 +75,14 @@ def test_strategy_reply_parses_and_rejects_what_it_must() -> None:
     assert "char{1,50}" in grammar and all(f'"{name}"' in grammar for name in STRATEGIES)
 
 
+def test_a_token_cap_that_cannot_hold_the_longest_request_is_refused(tmp_path: Path) -> None:
+    text = (DATA / "prompts.toml").read_text().replace("user_agent_max_tokens = 840", "user_agent_max_tokens = 200")
+    path = tmp_path / "prompts.toml"
+    path.write_text(text)
+    with pytest.raises(ApplianceError, match=r"prompts.toml: field 'user_agent_max_tokens' is 200, .* can take 838"):
+        SimulBenchSettings.load(path)
+
+
 def run_collect(agent_replies: list[str], max_turns: int = 4) -> tuple[list[DialogueTurn], int, EpisodeContext]:
     settings = SimulBenchSettings.load(DATA / "prompts.toml")
     replies = iter(agent_replies)

@@ -38,7 +38,8 @@ class SimulBenchSettings(BaseModel):
     dialogues_per_task: int = Field(default=3, ge=1)
     max_turns: int = Field(default=4, ge=1)
     user_agent_temperature: float = Field(default=1.2, ge=0.0)
-    user_agent_max_tokens: int = Field(default=200, ge=16)
+    #: must hold the longest JSON the grammar allows (see `check_agent_budget`)
+    user_agent_max_tokens: int = Field(default=840, ge=16)
     request_max_chars: int = Field(default=400, ge=8)
     simulator_temperature: float = Field(default=0.0, ge=0.0)
     simulator_max_tokens: int = Field(default=1024, ge=8)
@@ -56,6 +57,13 @@ class SimulBenchSettings(BaseModel):
             raise ApplianceError(describe_validation_error(path, error)) from None
         if sorted(settings.strategies) != sorted(STRATEGIES):
             raise ApplianceError(f"{path}: field 'strategies' must describe exactly {', '.join(STRATEGIES)}")
+        needed = longest_agent_reply_tokens(settings.request_max_chars)
+        if settings.user_agent_max_tokens < needed:
+            raise ApplianceError(
+                f"{path}: field 'user_agent_max_tokens' is {settings.user_agent_max_tokens}, but a request of "
+                f"request_max_chars = {settings.request_max_chars} can take {needed} tokens; "
+                "raise it or shorten the request"
+            )
         return settings
 
 
@@ -83,6 +91,17 @@ def parse_strategy_reply(text: str) -> StrategyReply:
     if not isinstance(request, str) or not request.strip():
         raise StrategyError("field 'request' is missing or empty")
     return StrategyReply(strategy=str(strategy), request=request.strip())
+
+
+def longest_agent_reply_tokens(max_chars: int) -> int:
+    """Tokens the longest ASCII reply the grammar allows can take: one per character at worst, two for an escape.
+
+    A token cap below this could cut the JSON before the grammar closes it, which
+    happened with a tiny model writing random letters; non-ASCII characters can
+    still take more tokens, and such a cut reply is retried like any other.
+    """
+    overhead = len('{"strategy": "", "request": ""}') + max(len(name) for name in STRATEGIES)
+    return overhead + 2 * max_chars
 
 
 def strategy_grammar(max_chars: int) -> str:
