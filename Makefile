@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint clean
+.PHONY: install browser run test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The page tests drive Debian's chromium. It is installed here when missing and this user may
+# (root with apt-get); otherwise those tests skip and print why.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver for the browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+			|| echo "chromium could not be installed: the browser tests will be skipped"; \
+	else echo "chromium is missing and only root can install it here: the browser tests will be skipped"; fi
+
 run: install
 	$(BIN)/appliance run
 
-test: install
+test: install browser
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q

@@ -61,6 +61,7 @@ from appliance.scenarios.simulbench.scripts import TestScript
 from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.run_view import RunView
+from appliance.view import build_view
 
 __version__ = "0.1.0"
 
@@ -131,6 +132,7 @@ __all__ = [
     "build_leaderboard",
     "build_scenario_report",
     "build_simulbench_report",
+    "build_view",
     "family_entry",
     "family_names",
     "judge_pair",

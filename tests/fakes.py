@@ -8,16 +8,21 @@ sentence, so every family can run end to end without a real model.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
+from appliance.judging.panels import Panel
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store
 
@@ -25,6 +30,8 @@ from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord
 Reply = Callable[[str, GenerationRequest], str]
 FREE_TEXT = "A plain answer."
 
+
+REPO = Path(__file__).resolve().parent.parent
 
 def role_of(request: GenerationRequest) -> str:
     """The role a request was made for: conversation keys are `episode/role-or-conversation/target`."""
@@ -223,3 +230,40 @@ def _class_member(spec: str) -> str:
         return next(c for c in "xyzab" if c not in excluded)
     first = _unescape(spec)[0]
     return first
+
+
+def _judge_by_reply(player_reply: str) -> Reply:
+    """The player says `player_reply`; judges give 4 to good replies and 2 to bad ones, on every criterion."""
+
+    def reply(model: str, request: GenerationRequest) -> str:
+        text = "\n".join(m.content for m in request.messages)
+        if request.grammar is not None and "turns" in request.grammar:
+            replies = re.findall(r"^\[\d+\] [^:]+: (.*)$", text, flags=re.MULTILINE)
+            score = 4 if all("good" in r for r in replies) else 2
+            turn = {"in_character": score, "entertaining": score, "fluent": score, "refusal": False}
+            return json.dumps({"reasoning": "", "turns": [turn] * len(replies)})
+        return "Tell me more." if role_of(request) == "interrogator" else player_reply
+
+    return reply
+
+
+def scripted_pingpong_run(db: Path, reply: str, judges: list[str], *, limit: int = 8) -> str:
+    """A PingPong run of `limit` conversations played and judged by a scripted model into `db`; its run id.
+
+    The player always says `reply`; the judges score replies containing "good" 4, others 2.
+    """
+    catalog = load_catalog(REPO / "models.toml")
+    config = RunConfig(
+        scenarios=["pingpong"],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="gate", judges=judges),
+        seed=3,
+        limit=limit,
+        models_file=str(catalog.source),
+    )
+    with Store.open(db) as store:
+        summary = Runner(catalog, store, scripted_factory(_judge_by_reply(reply))).execute(
+            config, [load_family("pingpong")]
+        )
+    return summary.run_id

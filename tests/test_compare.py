@@ -8,22 +8,14 @@ other judges or on bad input.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from appliance.catalog import load_catalog
 from appliance.compare.paired import paired_difference
-from appliance.engine.types import GenerationRequest
 from appliance.headline import Unit, mean_of
-from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
-from appliance.scenarios import load_family
-from appliance.store import Store
-from tests.fakes import role_of, scripted_factory
-from tests.test_cli import REPO, assert_clean_error, cli
+from tests.fakes import scripted_pingpong_run
+from tests.test_cli import assert_clean_error, cli
 
 
 def _units(values: list[float]) -> list[Unit]:
@@ -43,47 +35,14 @@ def test_paired_difference_on_hand_computed_data() -> None:
     assert noisy.p_value is not None and noisy.p_value > 0.5
 
 
-def _judge_by_reply(player_reply: str) -> Callable[[str, GenerationRequest], str]:
-    """The player says `player_reply`; judges give 4 to good replies and 2 to bad ones, on every criterion."""
-
-    def reply(model: str, request: GenerationRequest) -> str:
-        text = "\n".join(m.content for m in request.messages)
-        if request.grammar is not None and "turns" in request.grammar:
-            replies = re.findall(r"^\[\d+\] [^:]+: (.*)$", text, flags=re.MULTILINE)
-            score = 4 if all("good" in r for r in replies) else 2
-            turn = {"in_character": score, "entertaining": score, "fluent": score, "refusal": False}
-            return json.dumps({"reasoning": "", "turns": [turn] * len(replies)})
-        return "Tell me more." if role_of(request) == "interrogator" else player_reply
-
-    return reply
-
-
-def _run(db: Path, reply: str, judges: list[str]) -> str:
-    catalog = load_catalog(REPO / "models.toml")
-    config = RunConfig(
-        scenarios=["pingpong"],
-        players=["smollm2-135m"],
-        interrogator="smollm2-135m",
-        panel=Panel(name="gate", judges=judges),
-        seed=3,
-        limit=8,
-        models_file=str(catalog.source),
-    )
-    with Store.open(db) as store:
-        summary = Runner(catalog, store, scripted_factory(_judge_by_reply(reply))).execute(
-            config, [load_family("pingpong")]
-        )
-    return summary.run_id
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     db = tmp_path_factory.mktemp("gate") / "gate.duckdb"
     made = {
-        "base": _run(db, "A good answer.", ["smollm2-135m"]),
-        "same": _run(db, "A good answer.", ["smollm2-135m"]),
-        "worse": _run(db, "A bad answer.", ["smollm2-135m"]),
-        "other_judges": _run(db, "A good answer.", ["gemma3-270m"]),
+        "base": scripted_pingpong_run(db, "A good answer.", ["smollm2-135m"]),
+        "same": scripted_pingpong_run(db, "A good answer.", ["smollm2-135m"]),
+        "worse": scripted_pingpong_run(db, "A bad answer.", ["smollm2-135m"]),
+        "other_judges": scripted_pingpong_run(db, "A good answer.", ["gemma3-270m"]),
     }
     return db, made
 

@@ -35,6 +35,7 @@ from appliance.cli.options import (  # noqa: E402
     load_panel,
     split_values,
 )
+from appliance.cli.view import view  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
@@ -59,6 +60,7 @@ app.add_typer(labels_app, name="labels")
 app.command()(calibrate)
 app.command()(compare)
 app.command()(score)
+app.command()(view)
 
 
 @app.command()

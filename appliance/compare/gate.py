@@ -119,7 +119,7 @@ def compare_runs(
         )
     metrics: list[MetricComparison] = []
     for scenario, base, candidate in headlines:
-        for base_player, candidate_player in _player_pairs(scenario, base, candidate, pairs):
+        for base_player, candidate_player in player_pairs(scenario, base, candidate, pairs):
             metrics += _compare_players(
                 scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed
             )
@@ -178,7 +178,7 @@ def _compare_players(
     return rows
 
 
-def _player_pairs(
+def player_pairs(
     scenario: str, base: Headline, candidate: Headline, pairs: Mapping[str, str] | None
 ) -> list[tuple[str, str]]:
     base_players = sorted({u.player for u in base.units})

@@ -338,6 +338,12 @@ class Store:
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self.connection.execute(sql, list(parameters)).fetchall())
 
+    def query_records(self, sql: str, parameters: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows as {column: value}, for readers of wide SELECTs that should not count positions."""
+        cursor = self.connection.execute(sql, list(parameters))
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
