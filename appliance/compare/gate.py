@@ -101,16 +101,9 @@ def compare_runs(
 ) -> Comparison:
     base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
     differences = _setting_differences(base_config, candidate_config)
-    scenarios = [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]
-    headlines: list[tuple[str, Headline, Headline]] = []
-    for scenario in scenarios:
-        entry = family_entry(scenario.partition(":")[0])
-        if entry.headline is None:
-            continue
-        base = entry.headline(store, base_run, scenario, None)
-        candidate = entry.headline(store, candidate_run, scenario, None)
+    headlines = shared_headlines(store, base_run, candidate_run)
+    for scenario, base, candidate in headlines:
         differences += _unit_differences(scenario, base, candidate)
-        headlines.append((scenario, base, candidate))
     if not headlines:
         raise ApplianceError(f"runs '{base_run}' and '{candidate_run}' share no family with headline metrics")
     if differences and not force:
@@ -129,6 +122,23 @@ def compare_runs(
     return Comparison(
         base_run=base_run, candidate_run=candidate_run, forced=force, differences=differences, metrics=metrics
     )
+
+
+def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tuple[str, Headline, Headline]]:
+    """(scenario, base headline, candidate headline) for each family both runs played that has headlines."""
+    base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
+    found = []
+    for scenario in [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]:
+        entry = family_entry(scenario.partition(":")[0])
+        if entry.headline is not None:
+            found.append(
+                (
+                    scenario,
+                    entry.headline(store, base_run, scenario, None),
+                    entry.headline(store, candidate_run, scenario, None),
+                )
+            )
+    return found
 
 
 def _compare_players(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from appliance.compare.gate import Thresholds, compare_runs, player_pairs
+from appliance.compare.gate import Thresholds, compare_runs, player_pairs, shared_headlines
 from appliance.errors import ApplianceError
 from appliance.headline import Headline, Statistic, Unit
 from appliance.scenarios.registry import build_scenario_report, family_entry
@@ -272,14 +272,7 @@ def _report_text(store: Store, run_id: str, scenario: str) -> str:
 def _comparison(store: Store, base: str, candidate: str, seed: int) -> ComparisonView:
     comparison = compare_runs(store, base, candidate, Thresholds(), force=True, resamples=RESAMPLES, seed=seed)
     per_instance: list[MetricDeltas] = []
-    base_config, candidate_config = store.run(base)["config"], store.run(candidate)["config"]
-    shared = [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]
-    for scenario in shared:
-        entry = family_entry(scenario.partition(":")[0])
-        if entry.headline is None:
-            continue
-        base_headline = entry.headline(store, base, scenario, None)
-        candidate_headline = entry.headline(store, candidate, scenario, None)
+    for scenario, base_headline, candidate_headline in shared_headlines(store, base, candidate):
         for base_player, candidate_player in player_pairs(scenario, base_headline, candidate_headline, None):
             per_instance += _instance_deltas(scenario, base_headline, candidate_headline, base_player, candidate_player)
     return ComparisonView(base, candidate, comparison.model_dump(), per_instance)
