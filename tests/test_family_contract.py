@@ -1,4 +1,4 @@
-"""Every registered family runs end to end on the mock model: load, play, judge, store, report, render.
+"""Every registered family runs end to end on the mock model: load, play, judge, store, report, render, page.
 
 A new family is covered by being registered: nothing here names one.
 """
@@ -18,6 +18,7 @@ from appliance.runner import RunConfig, Runner
 from appliance.scenarios import build_scenario_report, family_entry, family_names, load_family
 from appliance.scenarios.base import JudgedFamily
 from appliance.store import Store
+from appliance.view import collect_contents, render_page
 from tests.fakes import FREE_TEXT, scripted_factory, shortest_match
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +52,11 @@ def test_every_registered_family_plays_stores_reports_and_renders(name: str, tmp
         assert summary.run_id in shown
         assert any(player in shown for player in PLAYERS), f"{name}: the report names no player"
         assert report.model_dump()["run_id"] == summary.run_id
+        page = collect_contents(store, [summary.run_id], REPO / "judges", max_transcripts=50)
+        (board,) = page.boards
+        assert board.metrics and all(metric.rows for metric in board.metrics), f"{name}: the page has no leaderboard"
+        assert page.transcripts and page.transcripts_total == summary.episodes_total
+        assert "<html" in render_page(page, name)
         judged = any(isinstance(stage, JudgedFamily) and stage.judge_template for stage in family.stages())
         if judged:  # a judged family can be judged again with another panel from the stored transcripts
             again = rescore_run(store, catalog, summary.run_id, config.panel, backend_factory=factory)
