@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean
+.PHONY: install browser run test chaos lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: install browser
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each twice).
+chaos: install
+	CHAOS_KILLS=20 $(BIN)/pytest -q -s tests/test_chaos.py
 
 lint: install
 	$(BIN)/ruff check appliance tests

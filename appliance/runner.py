@@ -274,6 +274,7 @@ class Runner:
         done = self.store.finished_episode_ids(run_id) if resume else set()
         first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
         needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
+        self.store.release()  # loading models takes a while; others may use the store meanwhile
         backends = self._open_backends(config, phases) if needs_models else {}
         progress = _Progress()
         try:
@@ -290,6 +291,7 @@ class Runner:
                 raise
             finally:
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
+                self.store.release()
         finally:
             counters = [backend.counters for backend in backends.values()]
             for backend in backends.values():
@@ -341,6 +343,8 @@ class Runner:
             todo = [episode for episode in planned if episode.episode_id not in done]
             progress.planned += len(planned)
             progress.skipped += len(planned) - len(todo)
+            self.store.set_planned(run_id, progress.planned)
+            self.store.release()
             if on_plan is not None:
                 on_plan(run_id, progress.planned - progress.skipped)
             if todo:
@@ -362,6 +366,7 @@ class Runner:
                     return None
                 record = await self._play_one(planned, config, scheduler)
             self.store.write_episode(record)
+            self.store.release()  # held only while writing: readers and other runs get their turn
             if on_episode is not None:
                 on_episode(record)
             return record

@@ -223,8 +223,17 @@ def report(
     """Print the leaderboard of a stored run with 95% bootstrap intervals."""
     with Store.open(db, read_only=True) as store:
         resolved = store.resolve_run_id(run_id)
-        scenarios = store.run(resolved)["config"]["scenarios"]
-        reports = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
+        record = store.run(resolved)
+        if record["status"] == "running":
+            finished, failed, planned = store.progress(resolved)
+            (error_console if as_json else console).print(
+                f"run {resolved} running: {finished + failed} of {planned if planned is not None else '?'} episodes "
+                f"stored ({failed} failed) so far; the figures below are partial. A run that was killed also "
+                f"shows this: resume it with appliance run --resume {resolved}",
+                markup=False,
+                highlight=False,
+            )
+        reports = [build_scenario_report(store, resolved, name, panel) for name in record["config"]["scenarios"]]
     if as_json:
         print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
         return

@@ -217,4 +217,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        7,
+        "episodes a run has planned, so other processes can show a live run's progress",
+        """
+        ALTER TABLE runs ADD COLUMN planned_episodes INTEGER;
+        """,
+    )
+)
+
 LATEST_VERSION = MIGRATIONS[-1][0]

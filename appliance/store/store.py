@@ -1,14 +1,18 @@
 """The DuckDB store: one file holds every run, transcript and verdict.
 
-DuckDB allows one writing process; readers (report, view) open read-only.
-Each finished episode is written in a single transaction, so a killed run
-leaves only whole episodes behind and can be resumed.
+DuckDB lets one process open a file for writing, or several for reading, never both. So a run
+does not keep the file: it opens it for each short write (a finished episode, in one
+transaction, so a killed run leaves only whole episodes behind) and lets it go again, and every
+command that finds the file busy waits with backoff for up to $APPLIANCE_LOCK_WAIT_S seconds
+(default 60) before it fails with one line. Readers (report, view, compare, export) are short too,
+so two runs, and reports of a live run, share one file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -30,17 +34,66 @@ from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 
 DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
 DEFAULT_DB_FILE = "appliance.duckdb"
+LOCK_WAIT_VARIABLE = "APPLIANCE_LOCK_WAIT_S"
+DEFAULT_LOCK_WAIT_S = 60.0
 
 
 def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENVIRONMENT_VARIABLE) or DEFAULT_DB_FILE)
 
 
+def lock_wait_s() -> float:
+    raw = os.environ.get(LOCK_WAIT_VARIABLE)
+    try:
+        return DEFAULT_LOCK_WAIT_S if raw is None else max(0.0, float(raw))
+    except ValueError:
+        raise ApplianceError(f"${LOCK_WAIT_VARIABLE}: '{raw}' is not a number of seconds") from None
+
+
+def _is_lock_conflict(error: duckdb.Error) -> bool:
+    return "lock" in str(error).lower()
+
+
+def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """Open the file, retrying with backoff while another process holds it, for at most `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as error:
+            first_line = str(error).splitlines()[0]
+            if not _is_lock_conflict(error):
+                raise ApplianceError(f"{path}: cannot open database: {first_line}") from None
+            if time.monotonic() >= deadline:
+                raise ApplianceError(
+                    f"{path}: another process kept the database busy for {wait_s:g} s "
+                    f"(set ${LOCK_WAIT_VARIABLE} to wait longer): {first_line}"
+                ) from None
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)
+
+
 class Store:
-    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
-        self.connection = connection
+    """One DuckDB file. The connection opens on first use and `release` lets other processes in."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection | None, path: Path, read_only: bool) -> None:
+        self._connection = connection
         self.path = path
         self.read_only = read_only
+        self._transaction_depth = 0
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._connection is None:
+            self._connection = connect_waiting(self.path, self.read_only, lock_wait_s())
+        return self._connection
+
+    def release(self) -> None:
+        """Close the file until the next use, so other runs and readers can open it meanwhile."""
+        if self._connection is not None and self._transaction_depth == 0:
+            self._connection.close()
+            self._connection = None
 
     @classmethod
     def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> Store:
@@ -53,17 +106,18 @@ class Store:
                 raise ApplianceError(f"{target}: database folder {parent} does not exist")
             if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
                 raise ApplianceError(f"{target}: database path is not writable")
+        store = cls(connect_waiting(target, read_only, lock_wait_s()), target, read_only)
         try:
-            connection = duckdb.connect(str(target), read_only=read_only)
-        except (duckdb.IOException, duckdb.Error) as error:
-            first_line = str(error).splitlines()[0]
-            raise ApplianceError(f"{target}: cannot open database: {first_line}") from None
-        store = cls(connection, target, read_only)
-        store._migrate()
+            store._migrate()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def close(self) -> None:
-        self.connection.close()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def __enter__(self) -> Store:
         return self
@@ -105,13 +159,17 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        self.connection.execute("BEGIN TRANSACTION")
+        connection = self.connection
+        connection.execute("BEGIN TRANSACTION")
+        self._transaction_depth += 1
         try:
             yield
         except BaseException:
-            self.connection.execute("ROLLBACK")
+            connection.execute("ROLLBACK")
             raise
-        self.connection.execute("COMMIT")
+        finally:
+            self._transaction_depth -= 1
+        connection.execute("COMMIT")
 
     # -- writing ----------------------------------------------------------
 
@@ -121,7 +179,8 @@ class Store:
 
     def _insert_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
         self.connection.execute(
-            "INSERT INTO runs VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, NULL)",
+            "INSERT INTO runs (run_id, started_at, finished_at, status, seed, config, versions, git_revision, "
+            "file_hashes, wall_s) VALUES (?, ?, NULL, 'running', ?, ?, ?, ?, ?, NULL)",
             [
                 run.run_id,
                 run.started_at,
@@ -276,6 +335,20 @@ class Store:
             [bench_id, started_at, quick, json.dumps(machine), json.dumps(versions), json.dumps(results)],
         )
 
+    def set_planned(self, run_id: str, episodes: int) -> None:
+        """How many episodes the run has planned so far (staged families plan a stage at a time)."""
+        self.connection.execute("UPDATE runs SET planned_episodes = ? WHERE run_id = ?", [episodes, run_id])
+
+    def progress(self, run_id: str) -> tuple[int, int, int | None]:
+        """(finished, failed, planned) episodes of a run, as stored now."""
+        row = self.connection.execute(
+            "SELECT count(*) FILTER (status = 'finished'), count(*) FILTER (status <> 'finished') "
+            "FROM episodes WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+        planned = self.run(run_id)["planned_episodes"]
+        return (int(row[0]), int(row[1]), None if planned is None else int(planned)) if row else (0, 0, planned)
+
     def finish_run(self, run_id: str, status: str, wall_s: float) -> None:
         self.connection.execute(
             "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",
@@ -297,12 +370,13 @@ class Store:
 
     def run(self, run_id: str) -> dict[str, Any]:
         row = self.connection.execute(
-            "SELECT run_id, started_at, finished_at, status, seed, config, wall_s FROM runs WHERE run_id = ?",
+            "SELECT run_id, started_at, finished_at, status, seed, config, wall_s, planned_episodes FROM runs "
+            "WHERE run_id = ?",
             [run_id],
         ).fetchone()
         if row is None:
             raise ApplianceError(f"{self.path}: no run '{run_id}'")
-        keys = ("run_id", "started_at", "finished_at", "status", "seed", "config", "wall_s")
+        keys = ("run_id", "started_at", "finished_at", "status", "seed", "config", "wall_s", "planned_episodes")
         record = dict(zip(keys, row, strict=True))
         record["config"] = json.loads(record["config"])
         return record

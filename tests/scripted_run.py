@@ -1,0 +1,83 @@
+"""A run of one family on the scripted mock model, in its own process, for tests that kill or race it.
+
+    python tests/scripted_run.py DB FAMILY [--seed N] [--resume RUN_ID] [--kill-in-write K] [--delay S]
+
+--kill-in-write K sends SIGKILL to this process inside the K-th episode's store transaction
+(after the episode row, before its messages), the worst moment a kill can come. --delay S makes
+every model request take S seconds, so that concurrent runs overlap. Replies name the request's
+seed, so a resumed run that sampled other seeds would store other text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from appliance.catalog import load_catalog
+from appliance.engine.types import GenerationRequest
+from appliance.judging.panels import get_panel
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios import family_entry, load_family
+from appliance.store import Store
+from tests.fakes import FREE_TEXT, REPO, scripted_factory, shortest_match
+
+PLAYERS = ["smollm2-135m", "gemma3-270m"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("db")
+    parser.add_argument("family")
+    parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--resume")
+    parser.add_argument("--kill-in-write", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+
+    def reply(model: str, request: GenerationRequest) -> str:
+        if args.delay:
+            time.sleep(args.delay)
+        if request.grammar:
+            return shortest_match(request.grammar)
+        return f"{FREE_TEXT} (seed {request.sampling.seed})"
+
+    if args.kill_in_write:
+        writes = 0
+        original = Store._insert_messages
+
+        def killing_insert(self: Store, episode: Any) -> None:
+            nonlocal writes
+            writes += 1
+            if writes == args.kill_in_write:
+                os.kill(os.getpid(), signal.SIGKILL)
+            original(self, episode)
+
+        Store._insert_messages = killing_insert  # type: ignore[method-assign]
+
+    catalog = load_catalog(REPO / "models.toml")
+    config = RunConfig(
+        scenarios=[args.family],
+        players=PLAYERS,
+        interrogator=PLAYERS[0],
+        simulator=PLAYERS[0],
+        panel=get_panel(REPO / "judges" / "panels.toml", "default"),
+        seed=args.seed,
+        limit=family_entry(args.family).quick_limit,
+        models_file=str(catalog.source),
+    )
+    print("ready", flush=True)  # imports done: a timed kill from now on lands in the run itself
+    with Store.open(args.db) as store:
+        family = load_family(args.family, seed=args.seed, store=store)
+        summary = Runner(catalog, store, scripted_factory(reply)).execute(config, [family], resume=args.resume)
+    print(summary.run_id, summary.episodes_finished, summary.episodes_total, flush=True)
+
+
+if __name__ == "__main__":
+    main()

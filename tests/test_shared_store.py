@@ -1,0 +1,123 @@
+"""One store, several processes: runs hold the file only while writing, everyone else waits and retries.
+
+A process that holds the lock makes an opener wait (and succeed once it lets go) or fail with one
+line after $APPLIANCE_LOCK_WAIT_S. Two scripted runs and a stream of `appliance report` calls
+share one file and all succeed, and the reports show the live run's progress; the same with two
+real runs on SmolLM2.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from appliance.errors import ApplianceError
+from appliance.store import Store
+from tests.test_cli import REPO, cli
+
+HELPER = REPO / "tests" / "scripted_run.py"
+
+
+def hold_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process that opens the file for writing and keeps it for `seconds`."""
+    code = (
+        "import duckdb, sys, time\n"
+        "con = duckdb.connect(sys.argv[1])\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_an_opener_waits_for_the_lock_then_fails_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "busy.duckdb"
+    Store.open(db).close()
+    holder = hold_lock(db, 1.5)
+    started = time.monotonic()
+    with Store.open(db, read_only=True) as store:  # waits for the holder to exit, then reads
+        assert store.schema_version() > 0
+    assert time.monotonic() - started > 0.5
+    holder.wait()
+    monkeypatch.setenv("APPLIANCE_LOCK_WAIT_S", "0.3")
+    holder = hold_lock(db, 5)
+    try:
+        with pytest.raises(ApplianceError, match=r"busy.duckdb: another process kept the database busy for 0.3 s"):
+            Store.open(db, read_only=True)
+        result = cli("report", "--db", str(db))
+        assert result.returncode == 2 and "APPLIANCE_LOCK_WAIT_S" in result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _stored_runs(db: Path) -> list[tuple[str, str]]:
+    with Store.open(db, read_only=True) as store:
+        return [(str(r), str(s)) for r, s in store.query("SELECT run_id, status FROM runs ORDER BY run_id")]
+
+
+def test_two_runs_and_live_reports_share_one_store(tmp_path: Path) -> None:
+    db = tmp_path / "shared.duckdb"
+    Store.open(db).close()
+    runs = [
+        subprocess.Popen(
+            [sys.executable, str(HELPER), str(db), "clembench", "--delay", "0.02", "--seed", str(seed)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
+    reports: list[subprocess.CompletedProcess[str]] = []
+    while any(run.poll() is None for run in runs):
+        live = [run_id for run_id, status in _stored_runs(db) if status == "running"]
+        if live:
+            reports.append(cli("report", live[0], "--db", str(db)))
+    finished: dict[str, tuple[int, int]] = {}
+    for run in runs:
+        out, err = run.communicate()
+        assert run.returncode == 0, err[-2000:]
+        run_id, done, total = out.splitlines()[-1].split()  # after "ready": the run id and its counts
+        finished[run_id] = (int(done), int(total))
+    assert len(finished) == 2 and all(done == total > 0 for done, total in finished.values())
+    assert sorted(_stored_runs(db)) == sorted((run_id, "finished") for run_id in finished)
+    assert reports and all(r.returncode == 0 for r in reports), [r.stderr for r in reports if r.returncode]
+    assert any(" running: " in r.stdout and " episodes stored " in r.stdout for r in reports)
+    with duckdb.connect(str(db), read_only=True) as con:
+        counts = dict(con.execute("SELECT run_id, count(*) FROM episodes GROUP BY 1").fetchall())
+    assert counts == {run_id: total for run_id, (_, total) in finished.items()}
+
+
+@pytest.mark.real_model
+def test_two_real_runs_into_one_store_both_complete(tmp_path: Path) -> None:
+    db = tmp_path / "real.duckdb"
+    models = tmp_path / "models.toml"  # one thread each: two runs on two cores, not four threads fighting
+    text = (REPO / "models.toml").read_text()
+    models.write_text(text.replace("slots = 32\n", "slots = 32\nthreads = 1\n", 1))
+    command = [
+        sys.executable, "-m", "appliance", "run", "--scenario", "pingpong", "--players", "smollm2-135m",
+        "--panel", "smollm2", "--limit", "1", "--turns", "1", "--db", str(db), "--models", str(models),
+    ]  # fmt: skip
+    environment = {**os.environ, "APPLIANCE_LOCK_WAIT_S": "120"}
+    runs = [
+        subprocess.Popen([*command, "--seed", str(seed)], cwd=REPO, env=environment, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for seed in (1, 2)
+    ]  # fmt: skip
+    for run in runs:
+        _, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-2000:]
+    stored = _stored_runs(db)
+    assert len(stored) == 2 and {status for _, status in stored} == {"finished"}
+    for run_id, _ in stored:
+        report = cli("report", run_id, "--db", str(db))
+        assert report.returncode == 0 and "smollm2-135m" in report.stdout
