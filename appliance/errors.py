@@ -7,6 +7,8 @@ Everything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -23,3 +25,20 @@ def describe_validation_error(source: str | Path, error: ValidationError) -> str
     message = first["msg"]
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     return f"{source}: field '{location}': {message}{extra}"
+
+
+@contextmanager
+def reading(source: str | Path) -> Iterator[None]:
+    """Around code that reads a user's file: a malformed value its checks missed is reported in one line.
+
+    Loaders check the structure they rely on and name the field; this is the net under them, so that
+    a hostile file (a list where a table was expected, a template with stray braces) never ends in
+    a traceback. It names the file and the error, not always the field.
+    """
+    try:
+        yield
+    except ApplianceError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ApplianceError(f"{source}: malformed content ({type(error).__name__}: {detail})"[:500]) from None

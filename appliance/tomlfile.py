@@ -17,6 +17,10 @@ def read_toml(path: Path, what: str = "file") -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ApplianceError(f"{path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ApplianceError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ApplianceError(f"{path}: cannot read {what}: {error.strerror}") from None
 
 
 def _toml_value(value: object) -> str:

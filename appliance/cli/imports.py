@@ -12,7 +12,7 @@ import typer
 
 from appliance.cli.options import DbOption, console
 from appliance.errors import ApplianceError
-from appliance.scenarios.registry import Importer, ImportRequest, importers
+from appliance.scenarios.registry import Importer, ImportRequest, importers, run_import
 
 
 def _command(importer: Importer) -> Callable[..., None]:
@@ -28,7 +28,7 @@ def _command(importer: Importer) -> Callable[..., None]:
                 raise ApplianceError(f"--{option}: 'appliance import {importer.kind}' takes no --{option}")
         if not path.exists():
             raise ApplianceError(f"{path}: not found")
-        for line in importer.run(ImportRequest(path=path, out=out, name=name, db=db)):
+        for line in run_import(importer, ImportRequest(path=path, out=out, name=name, db=db)):
             console.print(line)
 
     command.__doc__ = importer.help

@@ -21,9 +21,14 @@ class Panel(BaseModel):
 def load_panels(path: Path) -> dict[str, Panel]:
     raw = read_toml(path, "panels file")
     panels: dict[str, Panel] = {}
-    for name, entry in raw.get("panels", {}).items():
+    tables = raw.get("panels", {})
+    if not isinstance(tables, dict):
+        raise ApplianceError(f"{path}: field 'panels': expected [panels.NAME] tables")
+    for name, entry in tables.items():
+        if not isinstance(entry, dict):
+            raise ApplianceError(f"{path}: field 'panels.{name}': expected a table")
         try:
-            panels[name] = Panel(name=name, **entry)
+            panels[name] = Panel.model_validate({**entry, "name": name})
         except ValidationError as error:
             raise ApplianceError(describe_validation_error(f"{path} [panels.{name}]", error)) from None
     if not panels:

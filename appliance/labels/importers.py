@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, reading
 from appliance.jsonlines import read_jsonl_rows
 from appliance.labels.model import KINDS, PAIRWISE_CRITERION, HumanLabel, LabelItem, LabelSet
 
@@ -264,6 +264,11 @@ FORMATS: dict[str, Callable[[Path], list[LabelSet]]] = {
 
 
 def read_labels(path: Path, format_name: str, *, name: str | None = None, kind: str = "turn") -> list[LabelSet]:
+    with reading(path):
+        return _read_labels(path, format_name, name, kind)
+
+
+def _read_labels(path: Path, format_name: str, name: str | None, kind: str) -> list[LabelSet]:
     if format_name == "jsonl":
         sets = read_jsonl(path, name, kind)
     elif format_name in FORMATS:

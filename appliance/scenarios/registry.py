@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 from rich.console import Console
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, reading
 from appliance.headline import Headline
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.plugins import Registry, import_submodules
@@ -170,7 +170,17 @@ def load_family(
     folder = scenarios_root / entry.name if scenarios_root is not None else entry.folder()
     _, _, source = spec.partition(":")
     request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store)
-    return entry.load(request)
+    with reading(source or folder):
+        family = entry.load(request)
+        for stage in family.stages():
+            stage.instances()  # lazily read data fails here, not halfway through a run
+    return family
+
+
+def run_import(importer: Importer, request: ImportRequest) -> list[str]:
+    """`importer` on `request.path`; whatever the file holds, it imports or fails in one line naming it."""
+    with reading(request.path):
+        return importer.run(request)
 
 
 def importers() -> dict[str, Importer]:

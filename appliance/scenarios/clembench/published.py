@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.clembench.games import PublishedItem, game_of_folder
+from appliance.scenarios.clembench.games import GAMES, PublishedItem, game_of_folder
 from appliance.scenarios.clembench.instances import ClemInstance, InstanceSet
 
 
@@ -24,6 +24,11 @@ def read_published(path: Path, folder: Path) -> InstanceSet:
     instances: list[ClemInstance] = []
     for file in files:
         game_folder = file.parent.name
+        if game_folder not in GAMES.known():
+            raise ApplianceError(
+                f"{file}: its folder '{game_folder}' names no game the appliance plays "
+                f"(known: {', '.join(sorted(GAMES.known()))}); put it in <game>/instances.json"
+            )
         try:
             experiments = json.loads(file.read_text(encoding="utf-8"))["experiments"]
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
