@@ -33,6 +33,7 @@ FREE_TEXT = "A plain answer."
 
 REPO = Path(__file__).resolve().parent.parent
 
+
 def role_of(request: GenerationRequest) -> str:
     """The role a request was made for: conversation keys are `episode/role-or-conversation/target`."""
     parts = conversation_of(request).split("/")
