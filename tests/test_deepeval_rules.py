@@ -8,6 +8,9 @@ import asyncio
 import json
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import tomllib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -162,6 +165,39 @@ def test_the_sandbox_contains_hostile_code_and_scores_it_as_failure(tmp_path: Pa
     assert results["stubborn loop"].status == "timeout"
     assert "output limit" in results["endless output"].detail
     assert "PermissionError" in results["delete later"].detail
+
+
+PROBE = """
+import socket, sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[3] == "isolated":
+    import sandbox_harness
+    print(sandbox_harness.isolate()["network"], flush=True)
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=3).close()
+    print("reached")
+except OSError as error:
+    print("unreachable:", error)
+"""
+
+
+def test_the_sandbox_child_has_no_network_where_the_kernel_allows_it() -> None:
+    harness_folder = str(Path(run_tests.__code__.co_filename).parent)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = str(server.getsockname()[1])
+
+        def probe(mode: str) -> str:
+            command = [sys.executable, "-c", PROBE, harness_folder, port, mode]
+            return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
+
+        assert "reached" in probe("plain")  # the probe can succeed: a child without isolation gets through
+        isolated = probe("isolated")
+    if "audit hook only" in isolated:
+        pytest.skip(f"this kernel refuses unprivileged network namespaces: {isolated.splitlines()[0]}")
+    assert isolated.startswith("own namespace") and "unreachable" in isolated and "reached\n" not in isolated
+    result = run_tests("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3"], LIMITS)
+    assert result.status == "passed" and result.isolation["no_new_privs"] == "set"
+    assert result.isolation["network"].startswith("own namespace")
 
 
 def test_every_problem_has_tests_its_reference_passes_in_the_sandbox() -> None:

@@ -11,6 +11,7 @@ from appliance.errors import ApplianceError
 from appliance.labels import read_labels
 from appliance.store import Store
 from appliance.store.labels import label_set_summaries, load_label_set, write_label_set
+from tests.test_cli import assert_clean_error, cli
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO.parent / "shared" / "datasets" / "human_labels"
@@ -149,3 +150,36 @@ def test_stored_set_round_trips_and_reimport_replaces_it(tmp_path: Path) -> None
     assert [i.item_id for i in loaded.items] == ["i0", "i1", "i2"]
     assert sorted(x.value for x in loaded.labels if x.value is not None) == [0.0, 1.0, 2.0]
     assert (summary["items"], summary["labels"], summary["criteria"]) == (3, 3, {"q": [0.0, 2.0]})
+
+
+def _jsonl_line(number: int) -> str:
+    return json.dumps(
+        {
+            "item_id": f"item-{number}",
+            "texts": {"context": f"User: question {number}", "response": "An answer."},
+            "labels": [
+                {"annotator": "a", "criterion": "overall", "value": number % 5 + 1},
+                {"annotator": "b", "criterion": "overall", "value": "n/a"},
+            ],
+        }
+    )
+
+
+def test_a_large_jsonl_file_streams_in_and_a_bad_line_keeps_the_earlier_import(tmp_path: Path) -> None:
+    """30,000 items go in through many chunks; a bad line near the end rolls every chunk back."""
+    db = str(tmp_path / "labels.duckdb")
+    good = tmp_path / "big.jsonl"
+    good.write_text("\n".join(_jsonl_line(n) for n in range(30_000)) + "\n")
+    imported = cli("labels", "import", str(good), "--format", "jsonl", "--name", "big", "--db", db, "--json")
+    assert imported.returncode == 0, imported.stderr
+    (row,) = json.loads(imported.stdout)
+    assert (row["items"], row["labels"], row["missing"], row["annotators"]) == (30_000, 60_000, 30_000, 2)
+    bad = tmp_path / "bad.jsonl"
+    lines = [_jsonl_line(n) for n in range(30_000)]
+    lines[29_000] = '{"item_id": "broken", "texts": {"context": "c", "response": "r"}, "labels": "none"}'
+    bad.write_text("\n".join(lines) + "\n")
+    refused = cli("labels", "import", str(bad), "--format", "jsonl", "--name", "big", "--db", db)
+    assert_clean_error(refused, "bad.jsonl", "line 29001.labels")
+    listed = json.loads(cli("labels", "list", "--db", db, "--json").stdout)
+    assert [(s["label_set"], s["items"], s["labels"]) for s in listed] == [("big", 30_000, 60_000)]
+    assert listed[0]["criteria"] == {"overall": [1.0, 5.0]}

@@ -50,27 +50,41 @@ def labels_import(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Store human labels, one row per annotator, item and criterion; re-importing a set replaces it."""
-    from appliance.labels import read_labels
-    from appliance.store.labels import write_label_set
+    """Store human labels, one row per annotator, item and criterion; re-importing a set replaces it.
 
-    sets = read_labels(path, format_name, name=name, kind=kind)  # fully read and checked before the store opens
+    JSONL streams into the store in chunks inside one transaction (files of any size); the
+    published formats are read whole and checked before the store opens."""
+    from appliance.errors import ApplianceError, reading
+    from appliance.labels import read_labels
+    from appliance.labels.importers import check_kind, declared_scales, iter_jsonl_records
+    from appliance.store.labels import LabelSetHeader, StoredLabelSet, stream_label_set, write_label_set
+
     files = [path] if path.is_file() else sorted(path.glob("*.json"))
-    digest = hashlib.sha256("".join(sha256_of(file, use_cache=False) for file in files).encode()).hexdigest()
-    with Store.open(db) as store:
-        for label_set in sets:
-            write_label_set(store, label_set, digest)
+    stored: list[StoredLabelSet] = []
+    if format_name == "jsonl":
+        checked = check_kind(kind)
+        if not path.is_file():
+            raise ApplianceError(f"{path}: file not found")
+        digest = sha256_of(path, use_cache=False)
+        header = LabelSetHeader(name or path.stem, checked, "jsonl", str(path), digest, declared_scales(checked))
+        with Store.open(db) as store, reading(path):
+            stored.append(stream_label_set(store, header, iter_jsonl_records(path, checked)))
+    else:
+        sets = read_labels(path, format_name, name=name, kind=kind)  # read and checked before the store opens
+        digest = hashlib.sha256("".join(sha256_of(file, use_cache=False) for file in files).encode()).hexdigest()
+        with Store.open(db) as store:
+            stored += [write_label_set(store, label_set, digest) for label_set in sets]
     rows = [
         {
             "label_set": s.name,
             "kind": s.kind,
-            "items": len(s.items),
-            "annotators": len(s.annotators()),
-            "labels": len(s.labels),
-            "missing": sum(1 for x in s.labels if x.value is None),
+            "items": s.items,
+            "annotators": len(s.annotators),
+            "labels": s.labels,
+            "missing": s.missing,
             "criteria": s.criteria(),
         }
-        for s in sets
+        for s in stored
     ]
     if as_json:
         print(json.dumps(rows))

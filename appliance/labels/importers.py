@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 from appliance.errors import ApplianceError, reading
-from appliance.jsonlines import read_jsonl_rows
-from appliance.labels.model import KINDS, PAIRWISE_CRITERION, HumanLabel, LabelItem, LabelSet
+from appliance.jsonlines import iter_jsonl_rows
+from appliance.labels.model import KINDS, PAIRWISE_CRITERION, HumanLabel, LabelItem, LabelKind, LabelSet
 
 # Declared scales of the published sets (from their papers and data cards).
 FED_TURN_SCALES = {"Understandable": (0.0, 1.0), "Overall": (0.0, 4.0)}
@@ -212,13 +212,17 @@ def read_pandalm(path: Path) -> list[LabelSet]:
 PAIRWISE_WORDS = {"a": 1.0, "b": -1.0, "tie": 0.0}
 
 
-def read_jsonl(path: Path, name: str | None = None, kind: str = "turn") -> list[LabelSet]:
-    """The generic format (docs/labels.md): one item per line with its texts and labels."""
-    if kind not in KINDS:
-        raise ApplianceError(f"--kind: '{kind}' is not one of {', '.join(KINDS)}")
-    label_set = LabelSet(name or path.stem, kind, "jsonl", str(path), [], [], {})
+def check_kind(kind: str) -> LabelKind:
+    for known in KINDS:
+        if kind == known:
+            return known
+    raise ApplianceError(f"--kind: '{kind}' is not one of {', '.join(KINDS)}")
+
+
+def iter_jsonl_records(path: Path, kind: LabelKind) -> Iterator[tuple[LabelItem, list[HumanLabel]]]:
+    """The generic format (docs/judging.md), one checked item with its labels at a time."""
     seen: set[str] = set()
-    for number, record in read_jsonl_rows(path):
+    for number, record in iter_jsonl_rows(path):
         where = f"line {number}"
         item_id = record.get("item_id")
         _expect(isinstance(item_id, str) and bool(item_id), path, f"{where}.item_id", "missing or empty")
@@ -228,15 +232,16 @@ def read_jsonl(path: Path, name: str | None = None, kind: str = "turn") -> list[
         _expect(isinstance(texts, dict), path, f"{where}.texts", "expected an object of strings")
         for key in REQUIRED_TEXTS[kind]:
             _text(cast(dict[str, Any], texts), key, path, f"{where}.texts")
-        label_set.items.append(
-            LabelItem(
-                cast(str, item_id),
-                {k: str(v) for k, v in cast(dict[str, Any], texts).items()},
-                {k: str(v) for k, v in dict(record.get("metadata") or {}).items()},
-            )
+        metadata = record.get("metadata") or {}
+        _expect(isinstance(metadata, dict), path, f"{where}.metadata", "expected an object")
+        item = LabelItem(
+            cast(str, item_id),
+            {k: str(v) for k, v in cast(dict[str, Any], texts).items()},
+            {k: str(v) for k, v in cast(dict[str, Any], metadata).items()},
         )
         labels = record.get("labels")
         _expect(isinstance(labels, list) and bool(labels), path, f"{where}.labels", "expected a non-empty list")
+        found = []
         for position, label in enumerate(cast(list[Any], labels)):
             label_where = f"{where}.labels[{position}]"
             _expect(isinstance(label, dict), path, label_where, "expected an object")
@@ -248,10 +253,23 @@ def read_jsonl(path: Path, name: str | None = None, kind: str = "turn") -> list[
                 value = PAIRWISE_WORDS.get(raw.strip().lower())
             if kind == "pairwise" and value not in (None, -1.0, 0.0, 1.0):
                 raise ApplianceError(f"{path}: field '{label_where}.value': pairwise values are A, B, tie or 1, -1, 0")
-            label_set.labels.append(HumanLabel(cast(str, item_id), annotator, criterion, value, str(raw)))
+            found.append(HumanLabel(item.item_id, annotator, criterion, value, str(raw)))
+        yield item, found
+
+
+def declared_scales(kind: LabelKind) -> dict[str, tuple[float, float]]:
+    """Scales the generic format fixes; every other criterion's is its observed range."""
+    return {PAIRWISE_CRITERION: (-1.0, 1.0)} if kind == "pairwise" else {}
+
+
+def read_jsonl(path: Path, name: str | None = None, kind: str = "turn") -> list[LabelSet]:
+    """The whole generic-format file as one set in memory (calibration tests, small files)."""
+    checked = check_kind(kind)
+    label_set = LabelSet(name or path.stem, checked, "jsonl", str(path), [], [], declared_scales(checked))
+    for item, labels in iter_jsonl_records(path, checked):
+        label_set.items.append(item)
+        label_set.labels += labels
     _expect(bool(label_set.items), path, "(file)", "no items")
-    if kind == "pairwise":
-        label_set.scales = {PAIRWISE_CRITERION: (-1.0, 1.0)}
     return [label_set]
 
 

@@ -8,6 +8,9 @@ transaction. Cached judge verdicts survive a re-import of an unchanged file
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -21,35 +24,113 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def write_label_set(store: Store, label_set: LabelSet, source_sha256: str) -> None:
-    name = label_set.name
+#: items written per INSERT while streaming a label file
+CHUNK = 2000
+
+
+@dataclass(frozen=True)
+class LabelSetHeader:
+    name: str
+    kind: LabelKind
+    format: str
+    source: str
+    source_sha256: str
+    #: scales the format declares; other criteria get their observed range
+    scales: dict[str, tuple[float, float]]
+
+
+@dataclass
+class StoredLabelSet:
+    """What one import stored, counted while the records streamed past."""
+
+    name: str
+    kind: str
+    items: int = 0
+    labels: int = 0
+    missing: int = 0
+    annotators: set[str] = field(default_factory=set)
+    scales: dict[str, tuple[float, float]] = field(default_factory=dict)
+    criteria_seen: set[str] = field(default_factory=set)
+
+    def criteria(self) -> list[str]:
+        return sorted(self.criteria_seen)
+
+
+def write_label_set(store: Store, label_set: LabelSet, source_sha256: str) -> StoredLabelSet:
+    """A set read whole (the published formats) stored in one transaction, replacing an earlier import."""
+    by_item: dict[str, list[HumanLabel]] = {}
+    for label in label_set.labels:
+        by_item.setdefault(label.item_id, []).append(label)
+    header = LabelSetHeader(
+        label_set.name, label_set.kind, label_set.format, label_set.source, source_sha256, dict(label_set.scales)
+    )
+    return stream_label_set(store, header, ((item, by_item.get(item.item_id, [])) for item in label_set.items))
+
+
+def stream_label_set(
+    store: Store, header: LabelSetHeader, records: Iterable[tuple[LabelItem, list[HumanLabel]]]
+) -> StoredLabelSet:
+    """Items and labels written in chunks as they are read, all in one transaction.
+
+    Memory stays at a chunk whatever the file's size, and a bad record anywhere (the reader raises)
+    rolls the whole import back, so an earlier import of the set is kept as it was.
+    """
+    stored = StoredLabelSet(header.name, header.kind)
+    observed: dict[str, list[float]] = {}
     with store.transaction():
-        previous = store.query("SELECT source_sha256 FROM label_sets WHERE label_set = ?", [name])
+        previous = store.query("SELECT source_sha256 FROM label_sets WHERE label_set = ?", [header.name])
         tables = ["label_sets", "label_items", "human_labels"]
-        if previous and previous[0][0] != source_sha256:
-            tables.append("label_judgments")
+        if previous and previous[0][0] != header.source_sha256:
+            tables.append("label_judgments")  # the texts may have changed: cached verdicts go
         for table in tables:
-            store.connection.execute(f"DELETE FROM {table} WHERE label_set = ?", [name])
+            store.connection.execute(f"DELETE FROM {table} WHERE label_set = ?", [header.name])
+        items: list[list[Any]] = []
+        labels: list[list[Any]] = []
+        for item, item_labels in records:
+            items.append([header.name, item.item_id, json.dumps(item.texts), json.dumps(item.metadata)])
+            for x in item_labels:
+                labels.append([header.name, x.item_id, x.annotator, x.criterion, x.value, x.raw_value])
+                stored.annotators.add(x.annotator)
+                low_high = observed.setdefault(x.criterion, [math.inf, -math.inf])
+                if x.value is not None:
+                    low_high[0], low_high[1] = min(low_high[0], x.value), max(low_high[1], x.value)
+                else:
+                    stored.missing += 1
+            stored.items += 1
+            stored.labels += len(item_labels)
+            if len(items) >= CHUNK:
+                _flush(store, items, labels)
+        _flush(store, items, labels)
+        if stored.items == 0:
+            raise ApplianceError(f"{header.source}: field '(file)': no items")
+        stored.criteria_seen = set(observed)
+        stored.scales = dict(header.scales) | {
+            criterion: (low, high)
+            for criterion, (low, high) in sorted(observed.items())
+            if criterion not in header.scales and low <= high
+        }
         store.connection.execute(
             "INSERT INTO label_sets VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
-                name,
-                label_set.kind,
-                label_set.format,
-                label_set.source,
-                source_sha256,
+                header.name,
+                header.kind,
+                header.format,
+                header.source,
+                header.source_sha256,
                 _now(),
-                json.dumps({c: list(r) for c, r in label_set.scales.items()}),
+                json.dumps({c: list(r) for c, r in stored.scales.items()}),
             ],
         )
-        store.connection.executemany(
-            "INSERT INTO label_items VALUES (?, ?, ?, ?)",
-            [[name, i.item_id, json.dumps(i.texts), json.dumps(i.metadata)] for i in label_set.items],
-        )
-        store.connection.executemany(
-            "INSERT INTO human_labels VALUES (?, ?, ?, ?, ?, ?)",
-            [[name, x.item_id, x.annotator, x.criterion, x.value, x.raw_value] for x in label_set.labels],
-        )
+    return stored
+
+
+def _flush(store: Store, items: list[list[Any]], labels: list[list[Any]]) -> None:
+    if items:
+        store.insert_rows("INSERT INTO label_items VALUES", items)
+    if labels:
+        store.insert_rows("INSERT INTO human_labels VALUES", labels)
+    items.clear()
+    labels.clear()
 
 
 def label_set_summaries(store: Store) -> list[dict[str, Any]]:

@@ -250,7 +250,7 @@ class Store:
             self._insert_verdicts(episode_id, run_id, judgments, scores)
 
     def _insert_messages(self, episode: EpisodeRecord) -> None:
-        self._insert_rows(
+        self.insert_rows(
             "INSERT INTO messages VALUES",
             [
                 [
@@ -272,7 +272,7 @@ class Store:
     def _insert_verdicts(
         self, episode_id: str, run_id: str, judgments: Sequence[JudgmentRecord], scores: Sequence[ScoreRecord]
     ) -> None:
-        self._insert_rows(
+        self.insert_rows(
             "INSERT INTO judgments (episode_id, panel, judge, mode, template, target_idx, criterion, score, "
             "raw_text, parsed, order_swapped) VALUES",
             [
@@ -292,7 +292,7 @@ class Store:
                 for j in judgments
             ],
         )
-        self._insert_rows(
+        self.insert_rows(
             "INSERT INTO scores (episode_id, run_id, panel, player, metric, value, calibrated_value, "
             "calibration_id) VALUES",
             [
@@ -301,7 +301,7 @@ class Store:
             ],
         )
 
-    def _insert_rows(self, insert: str, rows: Sequence[Sequence[Any]], chunk: int = 256) -> None:
+    def insert_rows(self, insert: str, rows: Sequence[Sequence[Any]], chunk: int = 256) -> None:
         """Multi-row INSERT statements: DuckDB's executemany costs a round trip per row."""
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]

@@ -125,4 +125,10 @@ async def judge_code_review(
 
 
 def _described(run: TestRun) -> dict[str, object]:
-    return {"status": run.status, "passed": run.passed, "total": run.total, "detail": run.detail}
+    return {
+        "status": run.status,
+        "passed": run.passed,
+        "total": run.total,
+        "detail": run.detail,
+        "isolation": run.isolation,
+    }

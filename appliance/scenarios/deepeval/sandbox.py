@@ -1,8 +1,10 @@
 """Running untrusted code against tests in a subprocess, never in the appliance's own process.
 
 The child is a fresh, isolated interpreter (`-I -S`) in an empty temporary
-folder with a minimal environment; it limits its own memory, CPU time and
-file size before any untrusted code runs (see sandbox_harness.py), and the
+folder with a minimal environment and its own session (process group); it
+takes a network namespace of its own where the kernel allows, limits its own
+memory, CPU time and file size before any untrusted code runs (see
+sandbox_harness.py), and the
 parent kills its whole process group at the wall-clock limit. Output goes to
 a file, so a flood of output hits the file-size limit and kills the child.
 Anything that stops the child from reporting is scored as a failure.
@@ -20,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +40,8 @@ class TestRun:
     #: why tests failed or the child died (first lines of errors, truncated)
     detail: str
     wall_s: float
+    #: what OS isolation took effect in the child (see sandbox_harness.isolate); empty if it never said
+    isolation: dict[str, str] = field(default_factory=dict)
 
     @property
     def fraction(self) -> float:
@@ -82,13 +86,14 @@ def run_tests(code: str, tests: Sequence[str], limits: SandboxLimits) -> TestRun
                 else _death(child.returncode, _tail(stderr_path))
             )
             return TestRun("killed", 0, len(tests), detail, wall)
+    isolation = {str(k): str(v) for k, v in dict(report.get("isolation") or {}).items()}
     if not report.get("loaded"):
-        return TestRun("not_loaded", 0, len(tests), str(report.get("error", "")), wall)
+        return TestRun("not_loaded", 0, len(tests), str(report.get("error", "")), wall, isolation)
     results = report.get("tests", [])
     passed = sum(1 for result in results if result.get("passed") is True)
     errors = [str(result.get("error", "")) for result in results if result.get("passed") is not True]
     status: Status = "passed" if passed == len(tests) else "failed"
-    return TestRun(status, passed, len(tests), "; ".join(errors)[:600], wall)
+    return TestRun(status, passed, len(tests), "; ".join(errors)[:600], wall, isolation)
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:

@@ -1,13 +1,14 @@
 """Runs inside the sandbox subprocess (never imported by the appliance): loads untrusted code and
 runs a problem's tests against it.
 
-Order matters: the payload is read from stdin first, then resource limits are
-set and an audit hook is installed that refuses to delete, rename or write
-files outside the sandbox folder, start processes, open sockets, load native
-libraries or trace the harness; only then does untrusted code run. Each test
-gets its own alarm. The result is one line on stdout, prefixed with a nonce
-that the untrusted code is not given (it could dig it out of the harness's frames). An audit hook is a guard rail, not a
-security boundary: run untrusted models' code in a container as well.
+Order matters: the payload is read from stdin first; then the process isolates itself as far as
+the machine lets an unprivileged user (`isolate`: no new privileges, and a user plus network
+namespace, so no network interface but a loopback that is down), sets resource limits, and
+installs an audit hook that refuses to delete, rename or write files outside the sandbox folder,
+start processes, open sockets, load native libraries or trace the harness; only then does
+untrusted code run. Each test gets its own alarm. The result is one line on stdout, prefixed with
+a nonce that the untrusted code is not given, and says which isolation took effect. Reading files
+is not prevented: run untrusted models' code in a container as well.
 """
 
 from __future__ import annotations
@@ -54,6 +55,32 @@ BLOCKED_EVENTS = frozenset(
     )
 )
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+
+def isolate() -> dict[str, str]:
+    """What the kernel grants without privileges: no privilege gain, and a network of its own.
+
+    Returns what took effect, for the report; where a step is refused the audit hook is the only
+    guard for that part.
+    """
+    import ctypes
+
+    done: dict[str, str] = {}
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return {"no_new_privs": "unavailable", "network": "audit hook only"}
+    done["no_new_privs"] = "set" if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 else "refused"
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0 or libc.unshare(CLONE_NEWNET) == 0:
+        done["network"] = "own namespace (no interface up)"
+    else:
+        done["network"] = f"audit hook only (unshare refused: {os.strerror(ctypes.get_errno())})"
+    return done
 
 
 def limit_resources(limits: dict[str, Any]) -> None:
@@ -114,9 +141,10 @@ def main() -> None:
     sys.stdin.close()
     nonce = str(payload.pop("nonce"))
     result_fd = os.dup(1)
+    isolation = isolate()
     limit_resources(payload["limits"])
     install_guard(os.path.realpath(payload["root"]))
-    result = run(payload)
+    result = run(payload) | {"isolation": isolation}
     os.write(result_fd, f"\n{nonce}{json.dumps(result)}\n".encode())
 
 
