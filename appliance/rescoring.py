@@ -113,6 +113,7 @@ def rescore_run(
                 await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
             scores = calibrated_scores(episode.family, ctx.scores, ctx.judgments, calibrations)
             store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
+            store.release()  # held only while writing, as a run does
             done += 1
             if on_episode is not None:
                 on_episode(done, len(episodes))

@@ -170,6 +170,7 @@ async def _rate_items(
                 )
             )
         write_label_verdicts(store, label_set.name, template.name, template.fingerprint(), verdicts)
+        store.release()  # held only while writing, as a run does
         results.update({(v.item_id, v.judge, v.order_swapped): v for v in verdicts})
         done += 1
         if on_item is not None:

@@ -91,7 +91,7 @@ class Store:
 
     def release(self) -> None:
         """Close the file until the next use, so other runs and readers can open it meanwhile."""
-        if self._connection is not None and self._transaction_depth == 0:
+        if self._connection is not None and self._transaction_depth == 0 and str(self.path) != ":memory:":
             self._connection.close()
             self._connection = None
 
