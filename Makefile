@@ -34,7 +34,7 @@ test: install browser
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
-# Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each twice).
+# Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each once).
 chaos: install
 	CHAOS_KILLS=20 $(BIN)/pytest -q -s tests/test_chaos.py
 
