@@ -135,6 +135,13 @@ class ScriptedFactory:
         return self.opened[name]
 
 
+def seed_echo(model: str, request: GenerationRequest) -> str:
+    """Free text that names the request's seed: transcripts then differ wherever seeds differ."""
+    if request.grammar:
+        return shortest_match(request.grammar)
+    return f"{FREE_TEXT} (seed {request.sampling.seed})"
+
+
 def scripted_factory(reply: Reply = default_reply) -> ScriptedFactory:
     return ScriptedFactory(reply)
 

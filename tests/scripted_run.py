@@ -26,7 +26,7 @@ from appliance.judging.panels import get_panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import family_entry, load_family
 from appliance.store import Store
-from tests.fakes import FREE_TEXT, REPO, scripted_factory, shortest_match
+from tests.fakes import REPO, scripted_factory, seed_echo
 
 PLAYERS = ["smollm2-135m", "gemma3-270m"]
 
@@ -44,9 +44,7 @@ def main() -> None:
     def reply(model: str, request: GenerationRequest) -> str:
         if args.delay:
             time.sleep(args.delay)
-        if request.grammar:
-            return shortest_match(request.grammar)
-        return f"{FREE_TEXT} (seed {request.sampling.seed})"
+        return seed_echo(model, request)
 
     if args.kill_in_write:
         writes = 0

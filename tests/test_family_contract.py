@@ -11,7 +11,6 @@ import pytest
 from rich.console import Console
 
 from appliance.catalog import load_catalog
-from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import get_panel
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
@@ -19,7 +18,7 @@ from appliance.scenarios import build_scenario_report, family_entry, family_name
 from appliance.scenarios.base import JudgedFamily
 from appliance.store import Store
 from appliance.view import collect_contents, render_page
-from tests.fakes import FREE_TEXT, scripted_factory, shortest_match
+from tests.fakes import scripted_factory, seed_echo, shortest_match
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYERS = ["smollm2-135m", "gemma3-270m"]
@@ -75,13 +74,6 @@ def test_the_mock_model_answers_every_grammar_the_appliance_writes() -> None:
     )
     assert shortest_match(grammar) == '{"strategy": "flaw", "request": "y"}'
     assert shortest_match('root ::= "{\\"score\\": " value "}"\nvalue ::= [1-9] | "10"') == '{"score": 1}'
-
-
-def seed_echo(model: str, request: GenerationRequest) -> str:
-    """Free text that names the request's seed: transcripts then differ wherever seeds differ."""
-    if request.grammar:
-        return shortest_match(request.grammar)
-    return f"{FREE_TEXT} (seed {request.sampling.seed})"
 
 
 def _transcripts(db: Path, name: str, seed: int) -> list[tuple[str, str, str]]:

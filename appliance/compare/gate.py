@@ -98,10 +98,13 @@ def compare_runs(
     force: bool = False,
     resamples: int = 2000,
     seed: int = 0,
+    headlines: list[tuple[str, Headline, Headline]] | None = None,
 ) -> Comparison:
+    """`headlines`: those of `shared_headlines`, where the caller built them already."""
     base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
     differences = _setting_differences(base_config, candidate_config)
-    headlines = shared_headlines(store, base_run, candidate_run)
+    if headlines is None:
+        headlines = shared_headlines(store, base_run, candidate_run)
     for scenario, base, candidate in headlines:
         differences += _unit_differences(scenario, base, candidate)
     if not headlines:

@@ -270,9 +270,12 @@ def _report_text(store: Store, run_id: str, scenario: str) -> str:
 
 
 def _comparison(store: Store, base: str, candidate: str, seed: int) -> ComparisonView:
-    comparison = compare_runs(store, base, candidate, Thresholds(), force=True, resamples=RESAMPLES, seed=seed)
+    headlines = shared_headlines(store, base, candidate)
+    comparison = compare_runs(
+        store, base, candidate, Thresholds(), force=True, resamples=RESAMPLES, seed=seed, headlines=headlines
+    )
     per_instance: list[MetricDeltas] = []
-    for scenario, base_headline, candidate_headline in shared_headlines(store, base, candidate):
+    for scenario, base_headline, candidate_headline in headlines:
         for base_player, candidate_player in player_pairs(scenario, base_headline, candidate_headline, None):
             per_instance += _instance_deltas(scenario, base_headline, candidate_headline, base_player, candidate_player)
     return ComparisonView(base, candidate, comparison.model_dump(), per_instance)

@@ -85,12 +85,12 @@ def metric_figures(scenario: str, board: MetricBoard) -> list[Figure]:
 
 def deltas_figure(deltas: MetricDeltas) -> Figure:
     """Candidate minus base per instance, worst first; red where the candidate is worse."""
-    known = sorted(
-        (d for d in deltas.deltas if d.delta is not None),
-        key=lambda d: d.delta if deltas.higher_is_better else -(d.delta or 0.0),  # type: ignore[arg-type,return-value]
-    )
     sign = 1.0 if deltas.higher_is_better else -1.0
-    colours = [GOOD if (d.delta or 0.0) * sign > 0 else BAD if (d.delta or 0.0) * sign < 0 else NEUTRAL for d in known]
+    gains = sorted(
+        ((d.delta * sign, d) for d in deltas.deltas if d.delta is not None), key=lambda pair: pair[0]
+    )  # worst first
+    known = [d for _, d in gains]
+    colours = [GOOD if gain > 0 else BAD if gain < 0 else NEUTRAL for gain, _ in gains]
     title = (
         f"{deltas.family}.{deltas.metric}: {deltas.candidate_player} minus {deltas.base_player}, per instance "
         f"({len(known)} paired)"
