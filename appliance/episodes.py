@@ -42,6 +42,16 @@ def pair_label(player: str, partner: str) -> str:
     return player if player == partner else f"{player}--{partner}"
 
 
+def table_label(table: tuple[str, ...]) -> str:
+    """How reports name an N-player game in which every model of `table` sat: "A+B+C"."""
+    return "+".join(table)
+
+
+def table_role(model: str) -> str:
+    """The episode role of `model`'s seat in an N-player game."""
+    return f"table:{model}"
+
+
 class EpisodeFailed(Exception):
     """An episode cannot go on (e.g. its context overflowed); it is stored with this error."""
 
@@ -62,6 +72,10 @@ class EpisodeContext:
     messages: list[MessageRecord] = field(default_factory=list)
     judgments: list[JudgmentRecord] = field(default_factory=list)
     scores: list[ScoreRecord] = field(default_factory=list)
+    #: the models that all sit in this episode's N-player game (each bound as `table_role(model)`); empty otherwise
+    table: tuple[str, ...] = ()
+    #: leave a judge's verdicts on its own model's outputs out (the run's --exclude-self-judging)
+    exclude_self_judging: bool = False
     #: facts the episode adds to its stored metadata (e.g. per-turn game scores)
     metadata: dict[str, object] = field(default_factory=dict)
     _request_count: int = 0

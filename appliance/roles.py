@@ -11,7 +11,7 @@ from typing import Protocol
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.types import Sampling
-from appliance.episodes import RoleBinding
+from appliance.episodes import RoleBinding, table_role
 from appliance.scenarios.base import SupportRole
 
 
@@ -26,10 +26,17 @@ def bind_role(catalog: Catalog, model: str, role: str) -> RoleBinding:
 
 
 def episode_roles(
-    catalog: Catalog, player: str, partner: str, support: Mapping[SupportRole, str], judges: Iterable[str]
+    catalog: Catalog,
+    player: str,
+    partner: str,
+    support: Mapping[SupportRole, str],
+    judges: Iterable[str],
+    table: Iterable[str] = (),
 ) -> dict[str, RoleBinding]:
-    """Every role of an episode: player and partner, the support roles, and one `judge:NAME` per judge."""
+    """Every role of an episode: player and partner, the support roles, one `judge:NAME` per judge,
+    and one seat role per model of an N-player game's `table`."""
     roles = {"player": bind_role(catalog, player, "player"), "partner": bind_role(catalog, partner, "player")}
+    roles |= {table_role(model): bind_role(catalog, model, "player") for model in table}
     roles |= {role: bind_role(catalog, model, role) for role, model in support.items()}
     roles |= {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in judges}
     return roles

@@ -12,7 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -23,7 +23,7 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label
+from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label, table_label
 from appliance.errors import ApplianceError
 from appliance.interrupts import RunInterrupted, StopRequest
 from appliance.judging.panels import Panel
@@ -58,10 +58,14 @@ class RunConfig(BaseModel):
     turns: int | None = Field(default=None, ge=1)
     #: two-player games also pair every player with every other one, in both roles
     cross_play: bool = False
+    #: a judge's verdicts on its own model's outputs are left out (families that rate players' outputs)
+    exclude_self_judging: bool = False
     #: the fixed model that answers SimulBench's user agent while dialogues are collected (required for SimulBench)
     simulator: str | None = None
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
+    #: family -> the settings it played with (set when the run starts; its report reads them)
+    family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,12 @@ class PlannedEpisode:
     seed: int
     #: the model in the partner roles of two-player games (the player itself in self-play)
     partner: str
+    #: every model of an N-player game (one episode seats them all); empty for pairings
+    table: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        return pair_label(self.player, self.partner)
+        return table_label(self.table) if self.table else pair_label(self.player, self.partner)
 
 
 @dataclass
@@ -165,9 +171,14 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
     support = support_role_models(config)
     for family in families:
         for instance in family.select_instances(family.instances(), limit_for(config, family), config.seed):
+            seed = derive_seed(config.seed, instance.id)
+            table = family.table(list(config.players), instance)
+            if table:
+                episode = PlannedEpisode(run_id, "", family, instance, table[0], seed, table[1], table)
+                planned.append(replace(episode, episode_id=f"{run_id}:{family.name}:{instance.id}:{episode.label}"))
+                continue
             for player, partner in family.pairings(list(config.players), support, instance, config.cross_play):
                 episode_id = f"{run_id}:{family.name}:{instance.id}:{pair_label(player, partner)}"
-                seed = derive_seed(config.seed, instance.id)
                 planned.append(PlannedEpisode(run_id, episode_id, family, instance, player, seed, partner))
     return planned
 
@@ -267,7 +278,13 @@ class Runner:
         run_id = resume or new_run_id()
         if resume is None:
             picked = pick_calibrations(self.store, config.panel, families)
-            config = config.model_copy(update={"calibrations": {f: r.calibration_id for f, r in picked.items()}})
+            snapshots = {family.name: family.settings_snapshot() for family in families}
+            config = config.model_copy(
+                update={
+                    "calibrations": {f: r.calibration_id for f, r in picked.items()},
+                    "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
+                }
+            )
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
         check_support_roles(config, [stage for phase in phases for stage in phase])
@@ -381,7 +398,11 @@ class Runner:
             episode_id=planned.episode_id,
             seed=planned.seed,
             scheduler=scheduler,
-            roles=episode_roles(self.catalog, planned.player, planned.partner, support, config.panel.judges),
+            roles=episode_roles(
+                self.catalog, planned.player, planned.partner, support, config.panel.judges, planned.table
+            ),
+            table=planned.table,
+            exclude_self_judging=config.exclude_self_judging,
             force_greedy=config.greedy,
             max_turns=turns_for(config, planned.family),
             seed_key=episode_seed_key(planned.family.name, planned.instance.id, planned.label),

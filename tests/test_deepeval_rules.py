@@ -28,6 +28,7 @@ from appliance.judging.panels import Panel
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
+from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
 from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
 from appliance.scenarios.deepeval.referee import Referee, Seat
@@ -44,8 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "deepeval"
 MODELS = ["smollm2-135m", "gemma3-270m"]
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, test_s=0.5, memory_mb=256, output_kb=64)
-IDIOMS = read_word_list(DATA / "idioms.txt", "idiom")
-WORDS = read_word_list(DATA / "words.txt", "english")
+IDIOMS = read_word_list(DATA / "idioms.txt", "idiom", idiom_dictionary())
+WORDS = read_word_list(DATA / "words.txt", "english", noun_dictionary())
 PROBLEMS = load_problems(DATA / "code_problems.toml")
 
 
@@ -121,7 +122,7 @@ def test_idiom_and_word_chain_rules() -> None:
     assert rule_broken("意气风发", "一心一意", set(), IDIOMS) is None
     assert rule_broken("意气风发", "一心一意", {"意气风发"}, IDIOMS) == "'意气风发' was already used"
     assert rule_broken("发扬光大", "一心一意", set(), IDIOMS) == "'发扬光大' does not start with '意'"
-    assert rule_broken("意意意意", "一心一意", set(), IDIOMS) == "'意意意意' is not on the list"
+    assert rule_broken("意意意意", "一心一意", set(), IDIOMS) == "'意意意意' is not in the dictionary"
     assert rule_broken("", "一心一意", set(), IDIOMS) == "no answer"
     assert extract_move("好的，意气风发。", "idiom") == "意气风发"  # noqa: RUF001
     assert extract_move("I do not know", "idiom") == ""
@@ -337,6 +338,15 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
     # self-play public goods alternates 80 (all give 10) and 50 coins: never stable, so played to max
     assert needed["public_goods_mode1"] == (4, False) and needed["public_goods_mode2"] == (4, False)
-    assert needed["idiom_chain"] == needed["code_review"] == needed["translation"] == (2, True)
-    assert summary.episodes_total == 6 * 2 + 2 + 2 and summary.episodes_failed == 0
+    # outcomes (chain points, the share of tests passed) are judged by a Wilson interval: two
+    # identical results are not enough; the judges' constant ratings of the translation are
+    assert needed["idiom_chain"] == needed["code_review"] == (4, False)
+    assert needed["translation"] == (2, True)
+    assert summary.episodes_total == 6 * 2 + 5 * 2 and summary.episodes_failed == 0
     assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
+    # the report reads the rules stored with the run, not the file as it is now
+    (folder / "deepeval.toml").write_text(settings.replace("tolerance = 0.1", "tolerance = 0.5"), encoding="utf-8")
+    with Store.open(tmp_path / "db.duckdb") as store:
+        later = build_deepeval_report(store, summary.run_id, spec)
+    assert later.tolerance == 0.1 and later.settings_source == "run"
+    assert later.repetitions == report.repetitions

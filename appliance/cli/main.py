@@ -94,6 +94,13 @@ def run(
     cross_play: Annotated[
         bool, typer.Option("--cross-play", help="two-player games also pair every two players, in both roles")
     ] = False,
+    exclude_self_judging: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-self-judging",
+            help="leave out a judge's verdicts on its own model's outputs (the other judges score that player)",
+        ),
+    ] = False,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -121,6 +128,7 @@ def run(
                 parallel=parallel,
                 models_file=str(catalog.source),
                 cross_play=cross_play,
+                exclude_self_judging=exclude_self_judging,
                 simulator=simulator or catalog.defaults.simulator,
                 turns=turns,
             )

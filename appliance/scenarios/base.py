@@ -63,6 +63,11 @@ class ScenarioFamily(ABC):
     def data_files(self) -> list[Path]:
         """Files whose hashes a run records."""
 
+    def settings_snapshot(self) -> dict[str, object]:
+        """The settings a run plays with, stored with the run so its report reads them later
+        (empty: the report needs none)."""
+        return {}
+
     @abstractmethod
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Run one episode to its end, recording messages, judgments and scores in `ctx`."""
@@ -88,6 +93,11 @@ class ScenarioFamily(ABC):
         if cross_play and self.two_player(instance):
             pairs += [(a, b) for a in players for b in players if a != b]
         return pairs
+
+    def table(self, players: list[str], instance: Instance) -> tuple[str, ...]:
+        """Models that all sit in one game of `instance` (an N-player game, one episode for all of
+        them); empty when the instance is played by `pairings`."""
+        return ()
 
     def prepare(self, run: RunView) -> None:
         """Called before this stage is planned (also on resume): a stage that builds its instances
@@ -121,6 +131,10 @@ class StagedFamily(ABC):
     @abstractmethod
     def stages(self) -> list[ScenarioFamily]:
         """The stages in order; the first one's instances are what `scenarios list` counts."""
+
+    def settings_snapshot(self) -> dict[str, object]:
+        """As `ScenarioFamily.settings_snapshot`, for the whole pipeline."""
+        return {}
 
 
 #: what a family's loader returns: a family played in one go, or one played in stages

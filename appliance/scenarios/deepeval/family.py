@@ -19,11 +19,12 @@ from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.templates import RatingTemplate, load_judge_template
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily, SupportRole
+from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
 from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, task_is_stable
 from appliance.scenarios.deepeval.public_goods import play_public_goods
 from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSettings
-from appliance.scenarios.deepeval.tasks import task_specs
+from appliance.scenarios.deepeval.tasks import TASKS, TaskSpec, task_specs
 from appliance.scenarios.deepeval.translation import Passage, judge_translation, load_passages, play_translation
 from appliance.scenarios.deepeval.word_chain import play_word_chain, read_word_list
 from appliance.store.run_view import RunView
@@ -47,15 +48,14 @@ class DeepEvalData:
 
     def __init__(self, folder: Path, judges_folder: Path, seed: int) -> None:
         self.settings = DeepEvalSettings.load(folder / SETTINGS_FILE)
-        self.idioms = read_word_list(folder / "idioms.txt", "idiom")
-        self.words = read_word_list(folder / "words.txt", "english")
+        self.idioms = read_word_list(folder / "idioms.txt", "idiom", idiom_dictionary())
+        self.words = read_word_list(folder / "words.txt", "english", noun_dictionary())
         self.problems = {p.id: p for p in load_problems(folder / "code_problems.toml")}
         self.passages = {p.id: p for p in load_passages(folder / "passages.toml")}
         template = load_judge_template(judges_folder / f"{JUDGE_TEMPLATE}.toml")
         if not isinstance(template, RatingTemplate):
             raise ApplianceError(f"judges/{JUDGE_TEMPLATE}.toml: field 'mode' must be 'rating' for DeepEval")
         self.template = template
-        self.specs = task_specs(self.settings.public_goods)
         names = ["deepeval.toml", "idioms.txt", "words.txt", "code_problems.toml", "passages.toml"]
         self.files = [*(folder / name for name in names), judges_folder / f"{JUDGE_TEMPLATE}.toml"]
         rng = random.Random(seed)
@@ -67,6 +67,10 @@ class DeepEvalData:
             "code_review": rng.sample(sorted(self.problems), len(self.problems)),
             "translation": rng.sample(sorted(self.passages), len(self.passages)),
         }
+
+    def specs_for(self, players: int) -> list[TaskSpec]:
+        """The tasks as a run with `players` models plays them (public goods seats one each from three)."""
+        return task_specs(self.settings.public_goods, players)
 
     def instance(self, task: str, repetition: int) -> DeepEvalInstance:
         items = self.items[task]
@@ -90,7 +94,7 @@ class WaveStage(JudgedFamily):
         self.last = min(rule.initial + wave * rule.step, rule.max)
         self._instances: list[Instance] = []
         if wave == 0:
-            self._instances = [data.instance(spec.id, r) for spec in data.specs for r in range(self.first, self.last)]
+            self._instances = [data.instance(task, r) for task in TASKS for r in range(self.first, self.last)]
 
     def instances(self) -> list[Instance]:
         return list(self._instances)
@@ -111,15 +115,22 @@ class WaveStage(JudgedFamily):
             return [(players[0], players[0])]
         return [(a, b) for a in players for b in players if a != b]
 
+    def table(self, players: list[str], instance: Instance) -> tuple[str, ...]:
+        """Three or more models play the public goods game together, a seat each, as in the paper."""
+        if isinstance(instance, DeepEvalInstance) and instance.task.startswith("public_goods") and len(players) >= 3:
+            return tuple(players)
+        return ()
+
     def prepare(self, run: RunView) -> None:
         """Plan more repetitions of each task whose payoffs are not yet stable. A stable task stays
         stable (nothing new is stored for it), and repetitions past `--limit` are dropped by
         `select_instances`, so the stored payoffs alone decide."""
         if self.wave == 0:
             return
-        payoffs = payoff_samples(metric_samples(run, run.panel), self.data.specs)
+        specs = self.data.specs_for(len(run.config["players"]))
+        payoffs = payoff_samples(metric_samples(run, run.panel), specs)
         rule = self.data.settings.repetitions
-        unstable = [spec.id for spec in self.data.specs if not task_is_stable(spec, payoffs, rule)]
+        unstable = [spec.id for spec in specs if not task_is_stable(spec, payoffs, rule)]
         self._instances = [self.data.instance(task, r) for task in unstable for r in range(self.first, self.last)]
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
@@ -166,3 +177,7 @@ class DeepEvalFamily(StagedFamily):
     def stages(self) -> list[ScenarioFamily]:
         """The waves; the first plays every task's first repetitions."""
         return list(self._stages)
+
+    def settings_snapshot(self) -> dict[str, object]:
+        """deepeval.toml as the run plays it: the report reads this, not the file as it is later."""
+        return self.data.settings.model_dump(mode="json")

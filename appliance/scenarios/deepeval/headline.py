@@ -16,7 +16,8 @@ def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | Non
     run = RunView(store, run_id, scenario)
     family = load_family(scenario, seed=int(run.config["seed"]))
     assert isinstance(family, DeepEvalFamily)
-    payoff_metrics = {(spec.id, metric): role for spec in family.data.specs for role, metric in spec.payoffs.items()}
+    specs = family.data.specs_for(len(run.config["players"]))
+    payoff_metrics = {(spec.id, payoff.metric): role for spec in specs for role, payoff in spec.payoffs.items()}
     values: dict[tuple[str, str], dict[str, float | None]] = {}
     for score in run.scores(panels=[RULE_SCORER, panel or run.panel]):
         task = task_of(score.instance_id)

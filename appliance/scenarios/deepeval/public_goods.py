@@ -1,5 +1,8 @@
 """The public goods game (symmetric): N seats invest 0..endowment coins a round, simultaneously.
 
+Three or more models play one game with a seat each (the paper's setting);
+one or two models alternate over the configured seats.
+
 The pool is multiplied by alpha and shared equally by all seats; a seat's
 payoff is the coins it owns after the last round. Mode 1 tells each seat its
 income from the pool after a round, mode 2 the investments sorted from
@@ -10,10 +13,11 @@ counts as investing nothing and is recorded as a rule violation.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 
 from appliance.engine.types import Sampling
-from appliance.episodes import EpisodeContext
+from appliance.episodes import EpisodeContext, table_role
 from appliance.scenarios.deepeval.payoffs import seat_scores
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, PublicGoods
@@ -66,8 +70,14 @@ def investment_grammar(reason_max_chars: int) -> str:
     )
 
 
-def seat_bindings(seats: int) -> list[str]:
-    """Seats alternate between the pairing's two models (one model in self-play)."""
+def seat_bindings(seats: int, table: tuple[str, ...], order_seed: int) -> list[str]:
+    """The episode role behind each seat. An N-model table gives every model one seat, in an order
+    shuffled by `order_seed`; otherwise the pairing's two models alternate over `seats` seats (one
+    model in self-play)."""
+    if table:
+        order = list(table)
+        random.Random(order_seed).shuffle(order)
+        return [table_role(model) for model in order]
     return ["player" if index % 2 == 0 else "partner" for index in range(seats)]
 
 
@@ -75,12 +85,13 @@ async def play_public_goods(ctx: EpisodeContext, settings: DeepEvalSettings, mod
     """Play one game; each model's payoff is the mean final coins of its seats, beside its violations."""
     rules = settings.public_goods
     rounds = min(rules.rounds, ctx.max_turns or rules.rounds)  # a run's --turns caps the rounds too
-    names = [f"Player {index + 1}" for index in range(rules.seats)]
-    facts = {"seats": str(rules.seats), "rounds": str(rounds), "endowment": str(rules.endowment)}
+    bindings = seat_bindings(rules.seats, ctx.table, ctx.seed)
+    names = [f"Player {index + 1}" for index in range(len(bindings))]
+    facts = {"seats": str(len(names)), "rounds": str(rounds), "endowment": str(rules.endowment)}
     facts["alpha"] = f"{rules.alpha:g}"
     seats = [
         Seat(name, binding, rules.system.format(player=name, **facts))
-        for name, binding in zip(names, seat_bindings(rules.seats), strict=True)
+        for name, binding in zip(names, bindings, strict=True)
     ]
     referee = Referee(ctx, seats)
     for name in names:

@@ -1,4 +1,4 @@
-"""The DeepEval payoff tables on a terminal."""
+"""The DeepEval tables on a terminal."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
 
-def _payoff_table(title: str, rows: list[PayoffRow], with_role: bool) -> Table:
+def _table(title: str, columns: list[str], left: int = 1) -> Table:
+    """A table whose first `left` columns are text, the rest numbers."""
     table = Table(title=title, title_justify="left")
-    columns = ["task", "model", *(["role"] if with_role else []), "payoff", "95% CI", "n", "stable", "also"]
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("task", "model", "role", "also") else "right")
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index < left else "right")
+    return table
+
+
+def _payoff_table(title: str, rows: list[PayoffRow], with_role: bool) -> Table:
+    columns = ["task", "model", *(["role"] if with_role else []), "payoff", "95% CI", "n", "±", "stable", "also"]
+    table = _table(title, columns, left=3 if with_role else 2)
     for row in rows:
         extras = ", ".join(f"{name} {_number(value)}" for name, value in row.extras.items())
         cell = row.payoff
@@ -25,6 +31,7 @@ def _payoff_table(title: str, rows: list[PayoffRow], with_role: bool) -> Table:
             _number(cell.mean),
             _interval(cell.ci),
             str(cell.n),
+            f"{_number(cell.half_width)} of {_number(cell.limit)}",
             "yes" if cell.stable else "no",
             extras,
         )
@@ -35,23 +42,89 @@ def print_deepeval_report(console: Console, report: DeepEvalReport) -> None:
     heading = f"{report.scenario}, run {report.run_id} ({report.status}), panel '{report.panel}'"
     console.print(_payoff_table(f"{heading}: symmetric tasks, payoff per model", report.symmetric, False))
     console.print(_payoff_table("asymmetric tasks, payoff per model and role", report.asymmetric, True))
-    repetitions = Table(title="repetitions until stable", title_justify="left")
-    for column in ("task", "repetitions", "episodes", "failed", "stable"):
-        repetitions.add_column(column, justify="left" if column == "task" else "right")
+    _print_repetitions(console, report)
+    _print_chains(console, report)
+    _print_role_matrices(console, report)
+    _print_translation_pairs(console, report)
+    _print_notes(console, report)
+
+
+def _print_repetitions(console: Console, report: DeepEvalReport) -> None:
+    table = _table("repetitions until stable", ["task", "rule", "repetitions", "episodes", "failed", "stable"], 2)
     for task in report.repetitions:
         stable = "yes" if task.stable else "no"
-        repetitions.add_row(task.task, str(task.repetitions), str(task.episodes), str(task.failed), stable)
-    console.print(repetitions)
-    if report.self_judging:
-        console.print(
+        table.add_row(task.task, task.rule, str(task.repetitions), str(task.episodes), str(task.failed), stable)
+    console.print(table)
+
+
+def _print_chains(console: Console, report: DeepEvalReport) -> None:
+    if not report.chain_positions:
+        return
+    columns = ["task", "early", "late", "games", "win early", "win late", "hits early", "hits late"]
+    table = _table("chains by position (the paper's Tables 1-2): early moved first", columns, 3)
+    for row in report.chain_positions:
+        table.add_row(
+            row.task,
+            row.early,
+            row.late,
+            str(row.games),
+            *(_number(v) for v in (row.early_win, row.late_win, row.early_hits, row.late_hits)),
+        )
+    console.print(table)
+
+
+def _print_role_matrices(console: Console, report: DeepEvalReport) -> None:
+    if not report.role_matrices:
+        return
+    columns = ["task", "role A: model", "role B: model", "n", "A", "B"]
+    table = _table("opponent x role: each role's mean payoff", columns, 3)
+    for cell in report.role_matrices:
+        first, second = cell.roles
+        table.add_row(
+            cell.task,
+            f"{first}: {cell.models[0]}",
+            f"{second}: {cell.models[1]}",
+            str(cell.n),
+            _number(cell.payoffs.get(first)),
+            _number(cell.payoffs.get(second)),
+        )
+    console.print(table)
+
+
+def _print_translation_pairs(console: Console, report: DeepEvalReport) -> None:
+    if not report.translation_pairs:
+        return
+    columns = ["pair", "model", "role", "mean", "95% CI", "n"]
+    table = _table("translation per language pair (panel rating 1-10)", columns, 3)
+    for row in report.translation_pairs:
+        table.add_row(row.pair, row.model, row.role, _number(row.mean), _interval(row.ci), str(row.n))
+    console.print(table)
+
+
+def _print_notes(console: Console, report: DeepEvalReport) -> None:
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    if report.public_goods_seating:
+        say(f"Public goods: {report.public_goods_seating}.")
+    if report.self_judging and report.excluded_self_judging:
+        say(
+            f"{', '.join(report.self_judging)} both play and judge; with --exclude-self-judging no judge rated "
+            "its own outputs (the other judges scored them)."
+        )
+    elif report.self_judging:
+        say(
             f"warning: {', '.join(report.self_judging)} both play and judge in this run, so the ratings include "
-            "judges rating their own outputs (self-judging); a panel without the players avoids it.",
-            markup=False,
+            "judges rating their own outputs (self-judging); --exclude-self-judging or a panel without the "
+            "players avoids it."
         )
     if report.unparsed_ratings:
-        console.print(f"{report.unparsed_ratings} ratings of the panel did not parse and are left out of the means.")
-    console.print(
+        say(f"{report.unparsed_ratings} ratings of the panel did not parse and are left out of the means.")
+    if report.settings_source == "files":
+        say("This run did not store its settings: the rules above are read from the files as they are now.")
+    say(
         "Payoffs: coins owned at the end (public goods), 1 win / 0.5 draw / 0 loss (chains), share of tests "
         "passed (programmer), the panel's 1-10 rating (reviewer, translator, proofreader). Stable: the "
-        f"{report.confidence:.0%} bootstrap interval's half-width is at most {report.tolerance:g} x the payoff range."
+        f"{report.confidence:.0%} interval's half-width (±) is at most {report.tolerance:g} x the payoff's range "
+        "(a Wilson interval for outcomes in 0..1, a bootstrap interval for amounts)."
     )

@@ -1,26 +1,37 @@
-"""The DeepEval report: payoff tables, per model for symmetric tasks and per model and role for
-asymmetric ones, each mean with a bootstrap interval and its number of episodes, plus how many
-repetitions each task needed and whether its means are stable."""
+"""The DeepEval report: the paper's tables from the stored run.
+
+- payoff per model (symmetric tasks) and per model and role (asymmetric), each
+  mean with its interval, n, and whether the stableness rule holds;
+- the repetitions each task needed under that rule;
+- the chains by early and late position (the paper's Tables 1-2: wins and hits
+  of the seat that moved first against the one that moved second);
+- opponent x role matrices of the asymmetric tasks;
+- translation per language pair.
+
+Everything is read from the store, the rules from the settings stored with
+the run (a run from before settings were stored falls back to the files as
+they are now, and says so).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from statistics import mean
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from appliance.scenarios.deepeval.family import DeepEvalData, DeepEvalFamily
-from appliance.scenarios.deepeval.payoffs import (
-    interval,
-    metric_samples,
-    payoff_samples,
-    task_of,
-    within_tolerance,
-)
+from appliance.scenarios.base import RULE_SCORER
+from appliance.scenarios.deepeval.family import DeepEvalFamily
+from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, stability, task_of
+from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.tasks import PayoffKind, TaskSpec, public_goods_seats, task_specs
 from appliance.scenarios.registry import load_family
+from appliance.stats import bootstrap_interval
 from appliance.store import Store
-from appliance.store.run_view import RunView
+from appliance.store.run_view import RunView, StoredEpisode, StoredScore
+
+CHAIN_TASKS = ("idiom_chain", "word_chain")
 
 
 class PayoffCell(BaseModel):
@@ -28,6 +39,10 @@ class PayoffCell(BaseModel):
     ci: tuple[float, float] | None
     n: int
     stable: bool
+    kind: PayoffKind
+    #: the interval's half-width and the widest the rule allows (tolerance x range)
+    half_width: float | None = None
+    limit: float = 0.0
 
 
 class PayoffRow(BaseModel):
@@ -47,6 +62,41 @@ class TaskRepetitions(BaseModel):
     episodes: int
     failed: int
     stable: bool
+    #: how its payoffs' stability is judged
+    rule: str
+
+
+class ChainPositions(BaseModel):
+    """One ordered pairing of a chain game: the model that moved first (early) against the one that moved second."""
+
+    task: str
+    early: str
+    late: str
+    games: int
+    early_win: float
+    late_win: float
+    early_hits: float
+    late_hits: float
+
+
+class RoleMatrixCell(BaseModel):
+    """An asymmetric task's payoffs when `models[0]` plays `roles[0]` and `models[1]` plays `roles[1]`."""
+
+    task: str
+    roles: tuple[str, str]
+    models: tuple[str, str]
+    n: int
+    #: role -> mean payoff of the model in that role (None where no value is stored)
+    payoffs: dict[str, float | None]
+
+
+class LanguagePairRow(BaseModel):
+    pair: str
+    model: str
+    role: str
+    mean: float | None
+    ci: tuple[float, float] | None
+    n: int
 
 
 class DeepEvalReport(BaseModel):
@@ -58,35 +108,64 @@ class DeepEvalReport(BaseModel):
     symmetric: list[PayoffRow]
     asymmetric: list[PayoffRow]
     repetitions: list[TaskRepetitions]
+    chain_positions: list[ChainPositions] = []
+    role_matrices: list[RoleMatrixCell] = []
+    translation_pairs: list[LanguagePairRow] = []
+    #: how the public goods game seated the run's models
+    public_goods_seating: str = ""
     #: judges of the panel that are also players in the run: their ratings include their own outputs
     self_judging: list[str] = []
+    #: the run left each judge's verdicts on its own outputs out (--exclude-self-judging)
+    excluded_self_judging: bool = False
     #: the panel's ratings that did not parse (left out of the means)
     unparsed_ratings: int = 0
     #: the stableness rule the run used
     tolerance: float
     confidence: float
+    #: where the rules came from: "run" (stored with it) or "files" (the files as they are now)
+    settings_source: Literal["run", "files"] = "run"
+
+
+def run_settings(run: RunView, scenario: str) -> tuple[DeepEvalSettings, Literal["run", "files"]]:
+    """The settings the run played with, or (for a run that did not store them) the files as they are now."""
+    stored: dict[str, Any] | None = run.config.get("family_settings", {}).get(scenario)
+    if stored is not None:
+        return DeepEvalSettings.model_validate(stored), "run"
+    family = load_family(scenario, seed=int(run.config["seed"]))
+    assert isinstance(family, DeepEvalFamily)
+    return family.data.settings, "files"
 
 
 def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> DeepEvalReport:
     run = RunView(store, run_id, scenario)
     panel_name = panel or run.panel
-    family = load_family(scenario, seed=int(run.config["seed"]))
-    assert isinstance(family, DeepEvalFamily)
-    data = family.data
-    rule = data.settings.repetitions
+    settings, source = run_settings(run, scenario)
+    players = list(run.config.get("players", []))
+    specs = task_specs(settings.public_goods, len(players))
+    rule = settings.repetitions
     samples = metric_samples(run, panel_name)
-    payoffs = payoff_samples(samples, data.specs)
+    payoffs = payoff_samples(samples, specs)
     rows: list[PayoffRow] = []
-    for spec in data.specs:
+    for spec in specs:
         for (task, model, role), values in sorted(payoffs.items()):
             if task != spec.id:
                 continue
-            bounds = interval(values, rule.confidence)
+            payoff = spec.payoffs[role]
+            judged = stability(values, payoff, rule)
             extras = {metric: _mean(samples.get((task, model, metric), [])) for metric in spec.extras.get(role, ())}
-            stable = within_tolerance(bounds, spec.payoff_range, rule)
-            cell = PayoffCell(mean=_mean(values), ci=bounds, n=len(values), stable=stable)
+            cell = PayoffCell(
+                mean=_mean(values),
+                ci=judged.interval,
+                n=len(values),
+                stable=judged.stable,
+                kind=payoff.kind,
+                half_width=judged.half_width,
+                limit=judged.limit,
+            )
             rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
-    symmetric_tasks = {spec.id for spec in data.specs if spec.symmetric}
+    symmetric_tasks = {spec.id for spec in specs if spec.symmetric}
+    episodes = run.episodes()
+    scores = run.scores(panels=[RULE_SCORER, panel_name])
     return DeepEvalReport(
         run_id=run_id,
         scenario=scenario,
@@ -94,12 +173,120 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         panel=panel_name,
         symmetric=[row for row in rows if row.task in symmetric_tasks],
         asymmetric=[row for row in rows if row.task not in symmetric_tasks],
-        repetitions=_repetitions(run, rows, data),
+        repetitions=_repetitions(episodes, rows, specs),
+        chain_positions=chain_positions(episodes),
+        role_matrices=role_matrices(episodes, scores, specs),
+        translation_pairs=translation_pairs(episodes, scores, specs),
+        public_goods_seating=_seating(settings, players),
         self_judging=_self_judging(run, panel_name),
+        excluded_self_judging=bool(run.config.get("exclude_self_judging", False)),
         unparsed_ratings=sum(1 for v in run.verdicts() if v.panel == panel_name and not v.parsed),
         tolerance=rule.tolerance,
         confidence=rule.confidence,
+        settings_source=source,
     )
+
+
+def chain_positions(episodes: list[StoredEpisode]) -> list[ChainPositions]:
+    """Per chain task and ordered pairing: win rate (a draw counts half) and valid moves of each position.
+    The first seat ("Player 1") answers the opening, so it is the early position."""
+    games: dict[tuple[str, str, str], list[tuple[float, float, float, float]]] = defaultdict(list)
+    for episode in episodes:
+        task, meta = task_of(episode.instance_id), episode.metadata
+        if task not in CHAIN_TASKS or not episode.finished or "seat_payoffs" not in meta:
+            continue
+        early, late = "Player 1", "Player 2"
+        seats, won, hits = meta["seats"], meta["seat_payoffs"], meta["seat_hits"]
+        games[(task, seats[early], seats[late])].append((won[early], won[late], hits[early], hits[late]))
+    return [
+        ChainPositions(
+            task=task,
+            early=early,
+            late=late,
+            games=len(results),
+            early_win=mean(r[0] for r in results),
+            late_win=mean(r[1] for r in results),
+            early_hits=mean(r[2] for r in results),
+            late_hits=mean(r[3] for r in results),
+        )
+        for (task, early, late), results in sorted(games.items())
+    ]
+
+
+def _role_payoffs(
+    episodes: list[StoredEpisode], scores: list[StoredScore], spec: TaskSpec
+) -> list[tuple[StoredEpisode, dict[str, str], dict[str, float | None]]]:
+    """Each finished episode of an asymmetric task: role -> model, and role -> that model's payoff."""
+    by_episode: dict[str, dict[tuple[str, str], float | None]] = defaultdict(dict)
+    for score in scores:
+        by_episode[score.episode_id][(score.player, score.metric)] = score.value
+    found = []
+    for episode in episodes:
+        if task_of(episode.instance_id) != spec.id or not episode.finished:
+            continue
+        seats = {seat.lower(): model for seat, model in episode.metadata.get("seats", {}).items()}
+        if not all(role in seats for role in spec.roles):
+            continue
+        values = by_episode.get(episode.episode_id, {})
+        payoffs = {role: values.get((seats[role], spec.payoffs[role].metric)) for role in spec.roles}
+        found.append((episode, {role: seats[role] for role in spec.roles}, payoffs))
+    return found
+
+
+def role_matrices(
+    episodes: list[StoredEpisode], scores: list[StoredScore], specs: list[TaskSpec]
+) -> list[RoleMatrixCell]:
+    """Opponent x role: for every (first-role model, second-role model), each role's mean payoff."""
+    cells: list[RoleMatrixCell] = []
+    for spec in (s for s in specs if not s.symmetric):
+        first, second = spec.roles
+        grouped: dict[tuple[str, str], list[dict[str, float | None]]] = defaultdict(list)
+        for _, models, payoffs in _role_payoffs(episodes, scores, spec):
+            grouped[(models[first], models[second])].append(payoffs)
+        for (model_a, model_b), payoffs_list in sorted(grouped.items()):
+            means = {role: _mean([v for p in payoffs_list if (v := p[role]) is not None]) for role in (first, second)}
+            cells.append(
+                RoleMatrixCell(
+                    task=spec.id, roles=(first, second), models=(model_a, model_b), n=len(payoffs_list), payoffs=means
+                )
+            )
+    return cells
+
+
+def translation_pairs(
+    episodes: list[StoredEpisode], scores: list[StoredScore], specs: list[TaskSpec]
+) -> list[LanguagePairRow]:
+    """Translation per language pair (as stored with each episode), per model and role."""
+    spec = next(s for s in specs if s.id == "translation")
+    values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for episode, models, payoffs in _role_payoffs(episodes, scores, spec):
+        pair = str(episode.metadata.get("pair", "unknown"))
+        for role, value in payoffs.items():
+            if value is not None:
+                values[(pair, models[role], role)].append(value)
+    return [
+        LanguagePairRow(
+            pair=pair,
+            model=model,
+            role=role,
+            mean=mean(found),
+            ci=bootstrap_interval(found) if len(found) >= 2 else None,
+            n=len(found),
+        )
+        for (pair, model, role), found in sorted(values.items())
+    ]
+
+
+def _seating(settings: DeepEvalSettings, players: list[str]) -> str:
+    seats = public_goods_seats(settings.public_goods, len(players))
+    if len(players) >= 3:
+        return f"all {len(players)} models play one game, one seat each (seat order shuffled per repetition)"
+    if len(players) == 2:
+        return (
+            f"2 models alternate over {seats} seats (the paper seats N different models); "
+            f"a model's payoff is the mean of its {seats // 2} seats"
+        )
+    return f"self-play: one model in all {seats} seats"
 
 
 def _self_judging(run: RunView, panel: str) -> list[str]:
@@ -114,24 +301,31 @@ def _mean(values: list[float]) -> float | None:
     return mean(values) if values else None
 
 
-def _repetitions(run: RunView, rows: list[PayoffRow], data: DeepEvalData) -> list[TaskRepetitions]:
+def _rule_text(spec: TaskSpec) -> str:
+    kinds = {payoff.kind for payoff in spec.payoffs.values()}
+    return " and ".join(sorted("Wilson interval (outcome)" if k == "outcome" else "bootstrap (amount)" for k in kinds))
+
+
+def _repetitions(episodes: list[StoredEpisode], rows: list[PayoffRow], specs: list[TaskSpec]) -> list[TaskRepetitions]:
     """Per task: repetitions and episodes played, and stable when every payoff row of it is."""
     repetitions: dict[str, set[str]] = defaultdict(set)
-    episodes: dict[str, int] = defaultdict(int)
+    played: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
-    for episode in run.episodes():
+    for episode in episodes:
         task = task_of(episode.instance_id)
         repetitions[task].add(episode.instance_id)
-        episodes[task] += 1
+        played[task] += 1
         failed[task] += not episode.finished
     return [
         TaskRepetitions(
-            task=task,
-            repetitions=len(repetitions[task]),
-            episodes=episodes[task],
-            failed=failed[task],
-            stable=any(row.task == task for row in rows) and all(row.payoff.stable for row in rows if row.task == task),
+            task=spec.id,
+            repetitions=len(repetitions[spec.id]),
+            episodes=played[spec.id],
+            failed=failed[spec.id],
+            stable=any(row.task == spec.id for row in rows)
+            and all(row.payoff.stable for row in rows if row.task == spec.id),
+            rule=_rule_text(spec),
         )
-        for task in (spec.id for spec in data.specs)
-        if episodes[task]
+        for spec in specs
+        if played[spec.id]
     ]

@@ -37,6 +37,7 @@ async def play_translation(ctx: EpisodeContext, settings: DeepEvalSettings, pass
     """The draft and the polished text; the family then has the panel rate both roles."""
     rules = settings.translation
     languages = {"source": passage.source, "target": passage.target}
+    ctx.metadata["pair"] = passage.pair
     referee = Referee(
         ctx,
         [

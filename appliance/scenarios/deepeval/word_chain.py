@@ -1,9 +1,11 @@
 """Word chains (symmetric): the idiom chain and its English variant.
 
-Two seats alternate. A move must be on the scenario's word list, start with
-the last character of the previous item and not have been used in the game;
-the first seat to break a rule loses (payoff 0, the other 1). A game that
-reaches the move limit is a draw (0.5 each). A seat's hits are its valid moves.
+Two seats alternate. A move must be in the dictionary (any idiom or noun of
+the shipped dictionaries, `chain_dictionary.py`, or of our own list), start
+with the last character of the previous item and not have been used in the
+game; the players are told these rules. The first seat to break a rule loses
+(payoff 0, the other 1). A game that reaches the move limit is a draw (0.5
+each). A seat's hits are its valid moves. Openings come from our own list.
 """
 
 from __future__ import annotations
@@ -28,18 +30,22 @@ _WORD = re.compile(r"[A-Za-z]+")
 @dataclass(frozen=True)
 class WordList:
     kind: ChainKind
+    #: our own list: the openings are drawn from it
     items: frozenset[str]
+    #: every valid move: our list and the shipped dictionary
+    vocabulary: frozenset[str]
 
     def continuations(self, item: str) -> list[str]:
-        return sorted(word for word in self.items if word[0] == item[-1])
+        return sorted(word for word in self.vocabulary if word[0] == item[-1])
 
     def openings(self) -> list[str]:
         """Items a game can start from: the second seat has at least one valid reply."""
         return sorted(item for item in self.items if self.continuations(item))
 
 
-def read_word_list(path: Path, kind: ChainKind) -> WordList:
-    """One item per line, `#` comments; idioms must be four Chinese characters, words lower-case letters."""
+def read_word_list(path: Path, kind: ChainKind, dictionary: frozenset[str] = frozenset()) -> WordList:
+    """One item per line, `#` comments; idioms must be four Chinese characters, words lower-case letters.
+    `dictionary` (the shipped one) joins the list as valid moves."""
     if not path.is_file():
         raise ApplianceError(f"{path}: word list not found")
     items: list[str] = []
@@ -53,7 +59,7 @@ def read_word_list(path: Path, kind: ChainKind) -> WordList:
         items.append(item)
     if len(items) < 2:
         raise ApplianceError(f"{path}: a word list needs at least two entries")
-    return WordList(kind, frozenset(items))
+    return WordList(kind, frozenset(items), frozenset(items) | dictionary)
 
 
 def extract_move(text: str, kind: ChainKind) -> str:
@@ -71,8 +77,8 @@ def rule_broken(move: str, previous: str, used: set[str], words: WordList) -> st
     """Why `move` is not a valid reply to `previous`, or None if it is."""
     if not move:
         return "no answer"
-    if move not in words.items:
-        return f"'{move}' is not on the list"
+    if move not in words.vocabulary:
+        return f"'{move}' is not in the dictionary"
     if move[0] != previous[-1]:
         return f"'{move}' does not start with '{previous[-1]}'"
     if move in used:
@@ -84,8 +90,9 @@ async def play_word_chain(ctx: EpisodeContext, settings: DeepEvalSettings, words
     """Play one game from `opening`; each model's payoff and hits are the means over its seats."""
     prompts = settings.word_chain.idiom if words.kind == "idiom" else settings.word_chain.english
     names = ["Player 1", "Player 2"]
+    size = f"{len(words.vocabulary) // 1000 * 1000:,}"  # "about 18,000": the players are told what counts
     seats = [
-        Seat(name, binding, prompts.system.format(player=name))
+        Seat(name, binding, prompts.system.format(player=name, dictionary_size=size))
         for name, binding in zip(names, ("player", "partner"), strict=True)
     ]
     referee = Referee(ctx, seats)

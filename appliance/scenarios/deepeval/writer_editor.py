@@ -16,6 +16,11 @@ from appliance.judging.verdicts import ask_judge
 from appliance.store.records import ScoreRecord
 
 
+def role_judges(judges: list[str], author: str, exclude_self_judging: bool) -> list[str]:
+    """The judges that rate a role written by `author`: all of them, or all but the author's own model."""
+    return [judge for judge in judges if not (exclude_self_judging and judge == author)]
+
+
 def exchange_text(ctx: EpisodeContext, roles: list[str]) -> str:
     lines = [f"{m.speaker}:\n{m.text.strip() or '(empty reply)'}" for m in ctx.messages if m.speaker in roles]
     return "\n\n".join(lines)
@@ -31,7 +36,10 @@ async def rate_roles(
     panel: str,
 ) -> None:
     """Every judge rates every role (`criteria`: role -> what to judge); adds `rating:<role>` scores,
-    the mean of the judges whose verdict parsed, for the model that wrote the role's messages."""
+    the mean of the judges whose verdict parsed, for the model that wrote the role's messages.
+
+    With `ctx.exclude_self_judging`, a judge does not rate a role its own model wrote; the other
+    judges score it, and a role no other judge can rate gets no rating (stored as None)."""
     roles = list(criteria)
     transcript = exchange_text(ctx, roles)
     last = {m.speaker: m.idx for m in ctx.messages if m.speaker in roles}
@@ -39,6 +47,11 @@ async def rate_roles(
     missing = [role for role in roles if role not in last]
     if missing:
         raise EpisodeFailed(f"the transcript has no message from {', '.join(missing)}")
+    raters = {role: role_judges(judges, models[role], ctx.exclude_self_judging) for role in roles}
+    if ctx.exclude_self_judging:
+        ctx.metadata["excluded_self_judges"] = {
+            role: [judge for judge in judges if judge not in raters[role]] for role in roles
+        }
     asks = [
         ask_judge(
             ctx,
@@ -49,11 +62,11 @@ async def rate_roles(
             target_idx=last[role],
         )
         for role in roles
-        for judge in judges
+        for judge in raters[role]
     ]
-    verdicts = await asyncio.gather(*asks)
-    for index, role in enumerate(roles):
-        own = verdicts[index * len(judges) : (index + 1) * len(judges)]
+    verdicts = iter(await asyncio.gather(*asks))
+    for role in roles:
+        own = [next(verdicts) for _ in raters[role]]
         values = [record.score for records in own for record in records if record.score is not None]
         ctx.scores.append(
             ScoreRecord(
