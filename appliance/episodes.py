@@ -84,6 +84,10 @@ class EpisodeContext:
         """The model bound to `role`; a role played by several models is bound as `role:model`."""
         return self.roles[role].model
 
+    def count_tokens(self, role: str, text: str) -> int:
+        """`text`'s length in the tokens of the model bound to `role`."""
+        return self.scheduler.count_tokens(self.model_for(role), text)
+
     async def generate(
         self,
         role: str,

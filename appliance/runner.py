@@ -48,8 +48,11 @@ class RunConfig(BaseModel):
     panel: Panel
     seed: int = 0
     limit: int | None = Field(default=None, ge=1)
-    #: per-family instance limits (the quick suite's); a family not named here uses `limit`
+    #: per-family instance limits (the quick suite's, or a family's own default); a family not named here
+    #: uses `limit`
     limits: dict[str, int] = Field(default_factory=dict)
+    #: the quick suite (`appliance run` with no --scenario): its limits and turn caps shorten the methods
+    quick: bool = False
     #: per-family turn caps (the quick suite's); a family not named here uses `turns`
     turn_caps: dict[str, int] = Field(default_factory=dict)
     parallel: int = Field(default=8, ge=1)
@@ -104,7 +107,7 @@ def new_run_id() -> str:
 
 
 def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
-    """The family's quick-suite limit where the run has one, else the run's."""
+    """The family's own limit where the run has one (quick suite, family default), else the run's."""
     return config.limits.get(_registered_name(family), config.limit)
 
 

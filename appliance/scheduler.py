@@ -26,11 +26,19 @@ class Scheduler:
         self._pending: dict[tuple[str, int], asyncio.Future[Completion]] = {}
         self._submitted = 0
 
-    def generate(self, model: str, request: GenerationRequest) -> Awaitable[Completion]:
-        """Queue `request` on `model` now; the returned future resolves when it finishes."""
+    def _backend(self, model: str) -> Backend:
         backend = self.backends.get(model)
         if backend is None:
             raise ApplianceError(f"model '{model}' is not loaded in this run")
+        return backend
+
+    def count_tokens(self, model: str, text: str) -> int:
+        """`text`'s length in `model`'s tokens."""
+        return self._backend(model).count_tokens(text)
+
+    def generate(self, model: str, request: GenerationRequest) -> Awaitable[Completion]:
+        """Queue `request` on `model` now; the returned future resolves when it finishes."""
+        backend = self._backend(model)
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         ticket = backend.submit(request)
         self._pending[(model, ticket)] = future

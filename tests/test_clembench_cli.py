@@ -42,7 +42,8 @@ def test_every_game_plays_on_smollm2_from_a_stored_instance_set(tmp_path: Path) 
     assert result.returncode == 0, result.stderr[-3000:]
     (report,) = json.loads(result.stdout)["leaderboards"]
     (row,) = report["rows"]
-    assert row["player"] == "smollm2-135m" and row["episodes"] == len(GAMES) and row["failed"] == 0
+    rows = len(GAMES) + 2  # --limit 1 per game row; referencegame_de and _fr are rows of their own
+    assert row["player"] == "smollm2-135m" and row["episodes"] == rows and row["failed"] == 0
     # a game in another language is a row of its own (referencegame_de): its base game is still one of GAMES
     assert {re.sub(r"_(de|fr)$", "", game["game"]) for game in row["games"]} == set(GAMES)
     for game in row["games"]:  # every episode ended one way: won, lost or aborted
@@ -55,8 +56,10 @@ def test_every_game_plays_on_smollm2_from_a_stored_instance_set(tmp_path: Path) 
                FROM episodes e JOIN messages m USING (episode_id) GROUP BY e.instance_id"""
         ).fetchall()
         loaded = [name for (name,) in con.execute("SELECT name FROM models").fetchall()]
+        cut = one(con, "SELECT count(*) FROM messages WHERE finish_reason = 'length' AND model = 'smollm2-135m'")[0]
         sets = one(con, "SELECT count(*) FROM instance_sets")[0]
-    assert len(per_episode) == len(GAMES)
+    assert len(per_episode) == rows
+    assert sum(game["cut_replies"] for game in row["games"]) == cut  # replies that hit their cap are counted
     assert all(replies >= 1 and prompts >= replies for _, replies, prompts in per_episode)
     assert loaded == ["smollm2-135m"], "a rule-scored family loads no judge"
     assert sets == 1

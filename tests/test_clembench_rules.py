@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from appliance.calibration.metrics import cohen_kappa
 from appliance.catalog import load_catalog
+from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext, RoleBinding
@@ -19,15 +21,22 @@ from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios import load_family
+from appliance.scenarios.clembench.caps import MARGIN, SENTENCE_CHARS
 from appliance.scenarios.clembench.family import ClembenchFamily, play_game
 from appliance.scenarios.clembench.games import variant_names
 from appliance.scenarios.clembench.generate import generate_instance_set
-from appliance.scenarios.clembench.grids import cell_f1, parse_grid
+from appliance.scenarios.clembench.grids import cell_f1, parse_grid, widest_grids
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
 from appliance.scenarios.clembench.privateshared import parse_probe
 from appliance.scenarios.clembench.published import read_published
-from appliance.scenarios.clembench.report import EpisodeResult, aggregate, build_clem_report
+from appliance.scenarios.clembench.report import (
+    MIN_EPISODES_PER_ROW,
+    EpisodeResult,
+    aggregate,
+    build_clem_report,
+    game_row,
+)
 from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
@@ -254,12 +263,16 @@ def test_generation_is_seeded_and_covers_every_game() -> None:
     assert {i.game for i in first.instances} == set(GAMES)
 
 
-def test_limit_counts_per_game_and_spreads_over_experiments() -> None:
+def test_limit_counts_per_game_row_and_spreads_over_experiments() -> None:
+    """A row is a game in one language, as the report keeps them: German and French get their own episodes."""
     family = load_family("clembench", seed=1)
     assert isinstance(family, ClembenchFamily)
     chosen = [i for i in family.select_instances(family.instances(), 2, 0) if isinstance(i, ClemInstance)]
-    assert sorted(i.game for i in chosen) == sorted(GAMES * 2)
-    assert all(len({i.experiment for i in chosen if i.game == game}) == 2 for game in GAMES)
+    rows = Counter(game_row(i.game, i.language) for i in chosen)
+    assert rows == dict.fromkeys([*GAMES, "referencegame_de", "referencegame_fr"], 2)
+    assert all(len({i.experiment for i in chosen if game_row(i.game, i.language) == row}) == 2 for row in rows)
+    default = family.select_instances(family.instances(), MIN_EPISODES_PER_ROW, 0)
+    assert len(default) == len(rows) * MIN_EPISODES_PER_ROW  # the default run: 10 episodes in every row
 
 
 def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path: Path) -> None:
@@ -289,8 +302,9 @@ def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path:
     with Store.open(tmp_path / "db.duckdb") as store:
         summary = Runner(catalog, store, factory).execute(config, [family])
         report = build_clem_report(store, summary.run_id, "clembench")
-    two_player = 4  # wordle_withcritic, taboo, imagegame, referencegame: one instance each with --limit 1
-    assert summary.episodes_total == len(GAMES) * 2 + two_player * 2
+    # --limit 1 plays one instance per game row: referencegame has three (en, de, fr)
+    two_player = 6  # wordle_withcritic, taboo, imagegame, referencegame x 3
+    assert summary.episodes_total == (len(GAMES) + 2) * 2 + two_player * 2
     rows = {row.player: row for row in report.rows}
     assert set(rows) == set(players), "clemscore is ranked on self-play only"
     crossed = {row.player: row for row in report.cross_play}
@@ -438,3 +452,59 @@ def test_languages_are_rows_of_their_own_and_compared_with_english(tmp_path: Pat
     (german,) = report.languages
     assert (german.game, german.language, german.played, german.quality) == ("referencegame", "de", 50.0, 100.0)
     assert (german.played_change, german.quality_change) == (-50.0, 25.0)
+
+
+def seat_caps(instance: ClemInstance) -> dict[str, int]:
+    """Each seat's token cap when a perfect player plays `instance` (scripted: one token per character)."""
+    _, table = play(instance, perfect(instance))
+    backend = table.ctx.scheduler.backends["m"]
+    assert isinstance(backend, ScriptedBackend)
+    return {conversation_of(r).split("/")[1]: r.sampling.max_tokens for r in backend.requests}
+
+
+def test_token_caps_fit_the_longest_reply_each_instance_asks_for() -> None:
+    drawing = instance_of("imagegame")
+    caps = seat_caps(drawing)
+    empty_grid = "\n".join(" ".join(["▢"] * 5) for _ in range(5))
+    assert caps["instruction follower"] == len(empty_grid) + MARGIN  # every cell may be drawn
+    assert caps["instruction giver"] == len("instruction: ") + SENTENCE_CHARS + MARGIN
+    wordle = seat_caps(instance_of("wordle_withcritic"))
+    # the explanation comes first: a whole sentence, then the guess line
+    assert wordle["guesser"] == len(f"explanation: {'x' * SENTENCE_CHARS}\nguess: xxxxx") + MARGIN
+    assert wordle["critic"] == len(f"agreement: yes\nexplanation: {'x' * SENTENCE_CHARS}\n") + MARGIN
+    taboo = instance_of("taboo")
+    longest = max([taboo.params["target"], *taboo.params["related"]], key=len)
+    assert seat_caps(taboo)["guesser"] == len(f"GUESS: {longest}") + MARGIN
+
+
+def test_the_drawing_cap_is_measured_in_smollm2_tokens(smollm2: LlamaCppBackend) -> None:
+    """The follower's cap is the longest candidate grid in SmolLM2's own tokens (54 here), plus the margin."""
+    drawing = instance_of("imagegame")
+    target = parse_grid(drawing.params["target_grid"])
+    scheduler = Scheduler({"smollm2-135m": smollm2})
+    roles = {"player": RoleBinding("smollm2-135m"), "partner": RoleBinding("smollm2-135m")}
+    table = GameTable(EpisodeContext("e", 0, scheduler, roles))
+    follower = table.seat("partner", "instruction follower", *widest_grids(target))
+    longest = max(smollm2.count_tokens(grid) for grid in widest_grids(target))
+    assert longest > 25 * 2 and follower.sampling.max_tokens == longest + MARGIN  # 25 cells and their spaces
+    assert smollm2.count_tokens(drawing.params["target_grid"]) <= longest
+
+
+def test_replies_cut_by_their_cap_are_counted_per_game(tmp_path: Path) -> None:
+    def episode(index: int, reasons: list[str]) -> EpisodeRecord:
+        metadata = {"game": "taboo", "experiment": "high"}
+        messages = [(f"seat{n}", "text") for n in range(len(reasons))]
+        record = hand_episode(
+            "cut", "clembench", f"taboo/high/{index}", "m", scores={"Aborted": 0.0, "Main Score": 0.0},
+            metadata=metadata, messages=messages,
+        )  # fmt: skip
+        for message, reason in zip(record.messages, reasons, strict=True):
+            message.finish_reason = reason
+        return record
+
+    episodes = [episode(0, ["stop", "length", "length"]), episode(1, ["length", "stop"]), episode(2, ["stop"])]
+    with Store.open(tmp_path / "cut.duckdb") as store:
+        store_hand_run(store, "cut", {"scenarios": ["clembench"]}, episodes)
+        report = build_clem_report(store, "cut", "clembench")
+    (game,) = report.rows[0].games
+    assert (game.episodes, game.cut_replies) == (3, 3)

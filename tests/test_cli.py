@@ -226,7 +226,8 @@ def test_scenarios_list_counts_instances() -> None:
     assert simulatebench["name"] == "simulatebench"
     assert simulatebench["instances"] == 6 * (1 + 3 * 4)  # six characters, three variants of each of four fields
     assert clembench["name"] == "clembench" and set(clembench["languages"]) == {"en", "de", "fr"}
-    assert clembench["default_run"] == 7 * 6  # --limit counts per game: six instances of each of seven games
+    # clembench's own default: ten episodes in each of nine game rows (referencegame in en, de, fr)
+    assert clembench["default_run"] == 9 * 10
     assert simulbench["name"] == "simulbench" and simulbench["instances"] == 32 * 3  # tasks x dialogues
     assert simulbench["default_run"] == 6 * 3  # --limit counts tasks; every dialogue of a chosen task
     assert deepeval["name"] == "deepeval" and deepeval["instances"] == 6 * 3  # tasks x first-wave repetitions

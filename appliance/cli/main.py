@@ -85,7 +85,9 @@ def run(
     limit: Annotated[
         int | None,
         typer.Option(
-            min=1, help=f"instances per scenario (default {DEFAULT_LIMIT}; the quick suite: each family's own)"
+            min=1,
+            help=f"instances per scenario (default {DEFAULT_LIMIT} or the family's own, e.g. clembench 10 per game "
+            "row; the quick suite: each family's own)",
         ),
     ] = None,
     all_instances: Annotated[bool, typer.Option("--all", help="every instance (overrides --limit)")] = False,
@@ -123,7 +125,8 @@ def run(
                 panel=get_panel(judges_dir() / "panels.toml", panel),
                 seed=seed,
                 limit=None if all_instances else (limit or DEFAULT_LIMIT),
-                limits={entry.name: entry.quick_limit for entry in registered_families()} if quick else {},
+                limits=_family_limits(quick) if limit is None and not all_instances else {},
+                quick=quick,
                 turn_caps=_quick_turns() if quick and turns is None else {},
                 parallel=parallel,
                 models_file=str(catalog.source),
@@ -155,6 +158,13 @@ def run(
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
         return
     _print_run_summary(reports, summary, store.path, config)
+
+
+def _family_limits(quick: bool) -> dict[str, int]:
+    """Each family's quick-suite limit, or its own default where it has one."""
+    if quick:
+        return {entry.name: entry.quick_limit for entry in registered_families()}
+    return {entry.name: entry.default_limit for entry in registered_families() if entry.default_limit is not None}
 
 
 def _quick_turns() -> dict[str, int]:
@@ -204,7 +214,7 @@ def _execute_with_progress(
 def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: Path, config: RunConfig) -> None:
     for scenario_report in reports:
         scenario_report.render(console)
-    if config.limits:
+    if config.quick:
         shown = ", ".join(f"{name} {count}" for name, count in config.limits.items())
         capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
         console.print(
@@ -396,7 +406,7 @@ def scenarios_list(as_json: JsonOption = False) -> None:
             {
                 "name": entry.name,
                 "instances": len(instances),
-                "default_run": len(instances_for_run(family, DEFAULT_LIMIT, 0)),
+                "default_run": len(instances_for_run(family, entry.default_limit or DEFAULT_LIMIT, 0)),
                 "quick_suite": len(instances_for_run(family, entry.quick_limit, 0)),
                 "languages": languages,
                 "description": entry.description,
@@ -406,7 +416,7 @@ def scenarios_list(as_json: JsonOption = False) -> None:
         print(json.dumps(rows))
         return
     table = Table(title=f"scenario families in {project_root() / 'scenarios'}", title_justify="left")
-    for column in ("name", "instances", f"with --limit {DEFAULT_LIMIT}", "in quick suite", "languages", "description"):
+    for column in ("name", "instances", "default run", "in quick suite", "languages", "description"):
         table.add_column(column)
     for row in rows:
         table.add_row(

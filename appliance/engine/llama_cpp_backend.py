@@ -131,6 +131,9 @@ class LlamaCppBackend:
         self.counters = BackendCounters()
         self._next_ticket = 0
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.model.tokenize(text, parse_special=False))
+
     # -- submission -------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> int:

@@ -58,5 +58,9 @@ class ScriptedBackend:
             text=self.respond(request), finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0
         )
 
+    def count_tokens(self, text: str) -> int:
+        """One token per character, as the scripted context is measured."""
+        return len(text)
+
     def close(self) -> None:
         self._queue.clear()

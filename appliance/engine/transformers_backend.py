@@ -96,6 +96,9 @@ class TransformersBackend:
     def busy(self) -> bool:
         return bool(self.waiting)
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
         return render_with_tokenizer(self.tokenizer, self.use_template, request)
 

@@ -79,6 +79,9 @@ class VllmBackend:
     def busy(self) -> bool:
         return bool(self.queue)
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
     def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
         return render_with_tokenizer(self.tokenizer, self.use_template, request)
 

@@ -11,7 +11,7 @@ from appliance.scenarios.clembench.headline import clembench_headline
 from appliance.scenarios.clembench.instance_sets import save_instance_set
 from appliance.scenarios.clembench.published import read_published
 from appliance.scenarios.clembench.render import print_clem_report
-from appliance.scenarios.clembench.report import ClemReport, build_clem_report
+from appliance.scenarios.clembench.report import MIN_EPISODES_PER_ROW, ClemReport, build_clem_report
 from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.registry import (
     FamilyEntry,
@@ -57,6 +57,7 @@ ENTRY = register_family(
         report=build_clem_report,
         render=print_clem_report,
         quick_limit=1,
+        default_limit=MIN_EPISODES_PER_ROW,
         importers=(
             Importer(
                 kind="clembench-instances",

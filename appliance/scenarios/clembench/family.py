@@ -14,6 +14,7 @@ from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.instances import ClemInstance, InstanceSet, read_instance_set
 from appliance.scenarios.clembench.master import Abort, GameTable, Outcome, episode_scores
 from appliance.scenarios.clembench.published import read_published
+from appliance.scenarios.clembench.report import game_row
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 
@@ -50,18 +51,19 @@ class ClembenchFamily(ScenarioFamily):
         return [*sorted(self.data_folder.glob("*.toml")), *self.sources]
 
     def select_instances(self, instances: list[Instance], limit: int | None, seed: int) -> list[Instance]:
-        """`limit` counts per game, spread over its experiments, so a short run still plays every game."""
+        """`limit` counts per game row (a game in one language, as the report keeps them), spread over
+        its experiments, so a short run still plays every row."""
         if limit is None:
             return list(instances)
-        by_game: dict[str, dict[str, list[Instance]]] = defaultdict(lambda: defaultdict(list))
+        by_row: dict[tuple[str, str], dict[str, list[Instance]]] = defaultdict(lambda: defaultdict(list))
         for instance in instances:
             assert isinstance(instance, ClemInstance)
-            by_game[instance.game][instance.experiment].append(instance)
+            by_row[(instance.game, game_row(instance.game, instance.language))][instance.experiment].append(instance)
         order = variant_names()
         chosen: list[Instance] = []
         rng = random.Random(seed)
-        for game in sorted(by_game, key=lambda g: order.index(g) if g in order else len(order)):
-            pools = [rng.sample(pool, len(pool)) for _, pool in sorted(by_game[game].items())]
+        for row in sorted(by_row, key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[1])):
+            pools = [rng.sample(pool, len(pool)) for _, pool in sorted(by_row[row].items())]
             picked: list[Instance] = []
             while len(picked) < limit and any(pools):
                 for pool in pools:
@@ -75,7 +77,7 @@ class ClembenchFamily(ScenarioFamily):
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, ClemInstance)
-        table = GameTable(ctx)
+        table = GameTable(ctx, language=instance.language or "en")
         outcome = await play_game(table, instance)
         ctx.scores.extend(
             episode_scores(outcome, table.requests, pair_label(ctx.model_for("player"), ctx.model_for("partner")))

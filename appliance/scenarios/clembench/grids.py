@@ -25,6 +25,17 @@ def render_grid(grid: Grid) -> str:
     return "\n".join(" ".join(row) for row in grid)
 
 
+def widest_grids(target: Grid) -> list[str]:
+    """Candidates for the longest valid drawing of a grid of `target`'s size, in any tokenizer: every cell
+    empty, every cell one of the target's letters, and each of those alternating with empty cells."""
+    letters = sorted({cell for row in target for cell in row if cell != EMPTY}) or ["X"]
+    size = range(len(target))
+    fills = [EMPTY, *letters]
+    grids = [tuple(tuple(fill for _ in size) for _ in size) for fill in fills]
+    grids += [tuple(tuple(letter if (r + c) % 2 else EMPTY for c in size) for r in size) for letter in letters]
+    return [render_grid(grid) for grid in grids]
+
+
 def cell_f1(target: Grid, drawn: Grid) -> tuple[float, float, float]:
     """Precision, recall and F1 (0-100) of the filled cells, as clembench's image game scores them."""
     hits = sum(

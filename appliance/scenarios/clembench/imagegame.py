@@ -15,7 +15,14 @@ from typing import Any
 
 from appliance.scenarios.clembench.gamedata import load_toml, need, new_instance
 from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
-from appliance.scenarios.clembench.grids import cell_f1, compact_shape, parse_grid, random_shape, render_grid
+from appliance.scenarios.clembench.grids import (
+    cell_f1,
+    compact_shape,
+    parse_grid,
+    random_shape,
+    render_grid,
+    widest_grids,
+)
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
 
@@ -25,8 +32,8 @@ async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     instruction = re.compile(params["giver_pattern"], re.IGNORECASE)
     done = re.compile(params["done_pattern"], re.IGNORECASE)
     grid_pattern = re.compile(params["follower_pattern"])
-    giver = table.seat("player", "instruction giver", 64)
-    follower = table.seat("partner", "instruction follower", 64)
+    giver = table.seat("player", "instruction giver", f"instruction: {table.sentence()}")
+    follower = table.seat("partner", "instruction follower", *widest_grids(target))
     to_giver: str = params["giver_prompt"]
     drawn = None
     turns: list[dict[str, float | None]] = []

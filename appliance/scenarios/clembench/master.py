@@ -15,6 +15,7 @@ from typing import Literal
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.scenarios.base import RULE_SCORER
+from appliance.scenarios.clembench.caps import reply_cap, sentence
 from appliance.store.records import ScoreRecord
 
 #: clembench's own metric names, kept verbatim so imported and native episodes aggregate alike
@@ -87,11 +88,20 @@ class GameTable:
     """Where a game is played: the episode, its request counts, and the seats it opens."""
 
     ctx: EpisodeContext
+    #: the instance's language (free-text reply caps are measured on prose in it)
+    language: str = "en"
     requests: Requests = field(default_factory=Requests)
 
-    def seat(self, binding: str, name: str, max_tokens: int) -> Seat:
-        """A role for the model bound to `binding` ("player" or "partner"), decoded greedily as clembench does."""
-        return Seat(self.ctx, binding, name, Sampling(temperature=0.0, max_tokens=max_tokens), self.requests)
+    def seat(self, binding: str, name: str, *longest_replies: str) -> Seat:
+        """A role for the model bound to `binding` ("player" or "partner"), decoded greedily as clembench does,
+        capped at what the longest of `longest_replies` (the longest replies its prompt asks for, whichever
+        tokenizes longest) takes in that model's tokens."""
+        cap = max(reply_cap(self.ctx, binding, reply) for reply in longest_replies)
+        return Seat(self.ctx, binding, name, Sampling(temperature=0.0, max_tokens=cap), self.requests)
+
+    def sentence(self) -> str:
+        """The longest free-text sentence a reply may hold, in the instance's language."""
+        return sentence(self.language)
 
 
 Status = Literal["success", "lose", "aborted"]

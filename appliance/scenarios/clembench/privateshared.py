@@ -67,7 +67,7 @@ async def probe_round(
 
 
 async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
-    seat = table.seat("player", "answerer", 40)
+    seat = table.seat("player", "answerer", f"{params['tags']['answer']} {table.sentence()}")
     slots: dict[str, str] = params["slots"]
     order: list[str] = params["request_order"]
     #: the round after which each slot is known to the questioner (its request turn unless given away earlier)

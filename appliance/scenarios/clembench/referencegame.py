@@ -20,8 +20,11 @@ from appliance.scenarios.clembench.master import GameTable, Outcome
 
 
 async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
-    giver = table.seat("player", "instruction giver", 48)
-    guesser = table.seat("partner", "guesser", 16)
+    # published instances carry only regular expressions: their tags are measured as English's
+    expression_tag = params.get("expression_tag", "Expression:")
+    giver = table.seat("player", "instruction giver", f"{expression_tag} {table.sentence()}")
+    answers = [f"{params.get('answer_tag', 'Answer:')} {answer}" for answer in params.get("answers", ["third"])]
+    guesser = table.seat("partner", "guesser", *answers)
     expression_reply = await giver.ask(params["giver_prompt"])
     expression = re.match(params["giver_pattern"], expression_reply, re.IGNORECASE)
     if expression is None:
@@ -66,6 +69,9 @@ def referencegame_instances(folder: Path, rng: random.Random, count: int) -> lis
                     "guesser_pattern": rf"^{re.escape(need(spec, 'answer_tag', path))}\s*"
                     rf"(?P<response>{'|'.join(map(re.escape, answers))}|1|2|3)\b",
                     "target_names": [answers[order.index(0)], str(order.index(0) + 1)],
+                    "expression_tag": need(spec, "expression_tag", path),
+                    "answer_tag": need(spec, "answer_tag", path),
+                    "answers": answers,
                 }
                 instances.append(new_instance("referencegame", f"{experiment}_{language}", index, params, language))
     return instances

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from appliance.scenarios.clembench.report import ClemReport, ClemRow
+from appliance.scenarios.clembench.report import MIN_EPISODES_PER_ROW, ClemReport, ClemRow
 from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
@@ -50,13 +50,15 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
             )
         console.print(languages)
     games = Table(title="per game", title_justify="left")
-    for column in ("player", "game", "% played", "quality", "95% CI", "std", "won", "lost", "aborted"):
+    columns = ("player", "game", "episodes", "% played", "quality", "95% CI", "std", "won", "lost", "aborted", "cut")
+    for column in columns:
         games.add_column(column, justify="left" if column in ("player", "game") else "right")
     for row in [*report.rows, *report.cross_play]:
         for game in row.games:
             games.add_row(
                 row.player,
                 game.game,
+                str(game.episodes),
                 _number(game.played),
                 _number(game.quality),
                 _interval(game.quality_ci),
@@ -64,13 +66,24 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
                 str(game.won),
                 str(game.lost),
                 str(game.aborted),
+                str(game.cut_replies),
             )
     console.print(games)
+    thin = sorted({game.game for row in report.rows for game in row.games if game.episodes < MIN_EPISODES_PER_ROW})
+    if thin:
+        console.print(
+            f"Fewer than {MIN_EPISODES_PER_ROW} episodes per player in {', '.join(thin)}: those rows say little "
+            f"(a run of `--scenario clembench` plays {MIN_EPISODES_PER_ROW} per game row).",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for row in [*report.rows, *report.cross_play]:
         for cause, count in sorted(row.failures.items()):
             console.print(f"{row.player}: {count} episodes failed to run and count as aborted: {cause}", markup=False)
     console.print(
         "% played = episodes not aborted (a parse rule broken, or the episode failed to run); quality = mean "
         "main score (0-100) of played episodes; both averaged over games; clemscore = % played x quality / 100. "
-        "Lost games are played games. Intervals: bootstrap over episodes within each game."
+        "Lost games are played games. Intervals: bootstrap over episodes within each game. Cut: player "
+        "replies that reached their token cap (sized per instance from the model's tokenizer)."
     )

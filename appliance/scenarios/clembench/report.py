@@ -23,6 +23,9 @@ from appliance.stats import DEFAULT_RESAMPLES, bootstrap_interval
 from appliance.store import Store
 from appliance.store.run_view import RunView
 
+#: episodes per game row below which the report says its figures say little (and the default run's size)
+MIN_EPISODES_PER_ROW = 10
+
 
 @dataclass(frozen=True)
 class EpisodeResult:
@@ -36,6 +39,8 @@ class EpisodeResult:
     failure: str | None = None
     #: the instance's language ("" where unknown, e.g. imported results)
     language: str = ""
+    #: player replies cut by their token cap (finish reason `length`)
+    cut_replies: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class GameFigures(BaseModel):
     quality: float | None
     quality_std: float | None
     quality_ci: tuple[float, float] | None
+    #: player replies cut by their token cap
+    cut_replies: int = 0
 
 
 class ClemRow(BaseModel):
@@ -153,6 +160,7 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
         if score.value is not None:
             known = figures[score.episode_id].get(score.metric)
             figures[score.episode_id][score.metric] = score.value if known is None else max(known, score.value)
+    cut = Counter(m.episode_id for m in run.messages() if m.finish_reason == "length")
     results: dict[str, list[EpisodeResult]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
     for episode in run.episodes():
@@ -163,12 +171,15 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
         if not episode.finished or aborted is None:
             failed[episode.player] += 1
             cause = failure_cause(episode.error or "no 'Aborted' score was stored")
-            results[episode.player].append(EpisodeResult(game, True, None, False, episode.instance_id, cause, language))
+            results[episode.player].append(
+                EpisodeResult(game, True, None, False, episode.instance_id, cause, language, cut[episode.episode_id])
+            )
             continue
         main_score = own.get("Main Score")
         main = None if main_score is None or np.isnan(main_score) else float(main_score)
+        lost = bool(own.get("Lose"))
         results[episode.player].append(
-            EpisodeResult(game, bool(aborted), main, bool(own.get("Lose")), episode.instance_id, None, language)
+            EpisodeResult(game, bool(aborted), main, lost, episode.instance_id, None, language, cut[episode.episode_id])
         )
     return results, failed
 
@@ -274,4 +285,5 @@ def _game_figures(game: str, figures: Aggregate, episodes: list[EpisodeResult]) 
         quality=figures.quality[game],
         quality_std=stdev(scores) if len(scores) > 1 else None,
         quality_ci=bootstrap_interval(scores),
+        cut_replies=sum(r.cut_replies for r in episodes),
     )

@@ -54,8 +54,8 @@ async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     target: str = params["target"]
     related: list[str] = params["related"]
     max_turns = int(params["max_turns"])
-    describer = table.seat("player", "describer", 48)
-    guesser = table.seat("partner", "guesser", 16)
+    describer = table.seat("player", "describer", f"{CLUE_TAG} {table.sentence()}")
+    guesser = table.seat("partner", "guesser", f"{GUESS_TAG} {max([target, *related], key=len)}")
     to_describer: str = params["describer_prompt"]
     guesser_intro: str = params["guesser_prompt"]
     guesses: list[str] = []

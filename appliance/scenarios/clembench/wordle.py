@@ -126,8 +126,13 @@ async def play(table: GameTable, params: dict[str, Any], variant: str) -> Outcom
         "texts": params["texts"],
     }
     attempts = int(params.get("attempts", 6))
-    guesser = table.seat("player", "guesser", 64)
-    critic = table.seat("partner", "critic", 64) if variant == "wordle_withcritic" else None
+    explained = f"{keywords.explanation} {table.sentence()}\n"
+    guesser = table.seat("player", "guesser", f"{explained}{keywords.guess} {'w' * len(target)}")
+    critic = (
+        table.seat("partner", "critic", f"{keywords.agreement} yes\n{explained}")
+        if variant == "wordle_withcritic"
+        else None
+    )
     prompt = params["guesser_prompt"]
     guesses: list[str] = []
     turns: list[dict[str, float | None]] = []
