@@ -57,48 +57,44 @@ def _print_repetitions(console: Console, report: DeepEvalReport) -> None:
     console.print(table)
 
 
-def _print_chains(console: Console, report: DeepEvalReport) -> None:
-    if not report.chain_positions:
+def _print_rows(console: Console, title: str, columns: list[str], left: int, rows: list[list[str]]) -> None:
+    """A table of already formatted rows; nothing when there are none."""
+    if not rows:
         return
-    columns = ["task", "early", "late", "games", "win early", "win late", "hits early", "hits late"]
-    table = _table("chains by position (the paper's Tables 1-2): early moved first", columns, 3)
-    for row in report.chain_positions:
-        table.add_row(
-            row.task,
-            row.early,
-            row.late,
-            str(row.games),
-            *(_number(v) for v in (row.early_win, row.late_win, row.early_hits, row.late_hits)),
-        )
+    table = _table(title, columns, left)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+
+
+def _print_chains(console: Console, report: DeepEvalReport) -> None:
+    rows = [
+        [r.task, r.early, r.late, str(r.games), *map(_number, (r.early_win, r.late_win, r.early_hits, r.late_hits))]
+        for r in report.chain_positions
+    ]
+    columns = ["task", "early", "late", "games", "win early", "win late", "hits early", "hits late"]
+    _print_rows(console, "chains by position (the paper's Tables 1-2): early moved first", columns, 3, rows)
 
 
 def _print_role_matrices(console: Console, report: DeepEvalReport) -> None:
-    if not report.role_matrices:
-        return
-    columns = ["task", "role A: model", "role B: model", "n", "A", "B"]
-    table = _table("opponent x role: each role's mean payoff", columns, 3)
-    for cell in report.role_matrices:
-        first, second = cell.roles
-        table.add_row(
+    rows = [
+        [
             cell.task,
-            f"{first}: {cell.models[0]}",
-            f"{second}: {cell.models[1]}",
+            f"{cell.roles[0]}: {cell.models[0]}",
+            f"{cell.roles[1]}: {cell.models[1]}",
             str(cell.n),
-            _number(cell.payoffs.get(first)),
-            _number(cell.payoffs.get(second)),
-        )
-    console.print(table)
+            *(_number(cell.payoffs.get(role)) for role in cell.roles),
+        ]
+        for cell in report.role_matrices
+    ]
+    columns = ["task", "role A: model", "role B: model", "n", "A", "B"]
+    _print_rows(console, "opponent x role: each role's mean payoff", columns, 3, rows)
 
 
 def _print_translation_pairs(console: Console, report: DeepEvalReport) -> None:
-    if not report.translation_pairs:
-        return
+    rows = [[r.pair, r.model, r.role, _number(r.mean), _interval(r.ci), str(r.n)] for r in report.translation_pairs]
     columns = ["pair", "model", "role", "mean", "95% CI", "n"]
-    table = _table("translation per language pair (panel rating 1-10)", columns, 3)
-    for row in report.translation_pairs:
-        table.add_row(row.pair, row.model, row.role, _number(row.mean), _interval(row.ci), str(row.n))
-    console.print(table)
+    _print_rows(console, "translation per language pair (panel rating 1-10)", columns, 3, rows)
 
 
 def _print_notes(console: Console, report: DeepEvalReport) -> None:
