@@ -11,16 +11,31 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
 
 ChatFormat = Literal["gguf", "plain"]
+TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
+AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]
+
+#: GPU and placement options, and the backends each applies to (set for another backend, it is refused)
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "gpu_layers": ("llama_cpp",),
+    "device": ("transformers",),
+    "dtype": ("transformers",),
+    "attn_implementation": ("transformers",),
+    "tensor_parallel_size": ("vllm",),
+    "pipeline_parallel_size": ("vllm",),
+    "gpu_memory_utilization": ("vllm",),
+}
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
 
 DEFAULT_MODELS_FILE = "models.toml"
 
@@ -51,6 +66,14 @@ class ModelSpec(BaseModel):
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences instead of one per sequence")
     flash_attention: bool = Field(default=False, description="ggml's flash-attention kernel (not batch-invariant)")
     kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
+    # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
+    gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")
+    device: str | None = Field(default=None, description="transformers: cpu, cuda, cuda:N, mps or auto")
+    dtype: TorchDtype | None = Field(default=None, description="transformers: weight dtype (default float32)")
+    attn_implementation: AttentionImplementation | None = Field(default=None, description="transformers")
+    tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: GPUs a layer is split over")
+    pipeline_parallel_size: int | None = Field(default=None, ge=1, description="vllm: stages layers are split in")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0, description="vllm: share of GPU memory")
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
 
@@ -62,6 +85,22 @@ class ModelSpec(BaseModel):
         if name not in backend_names():
             raise ValueError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
         return name
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str | None) -> str | None:
+        if device is not None and not _DEVICE.fullmatch(device):
+            raise ValueError(f"unknown device '{device}' (cpu, cuda, cuda:N, mps or auto)")
+        return device
+
+    @field_validator(*BACKEND_OPTIONS)
+    @classmethod
+    def _option_fits_the_backend(cls, value: object, info: ValidationInfo) -> object:
+        backends = BACKEND_OPTIONS[str(info.field_name)]
+        backend = info.data.get("backend")
+        if value is not None and backend is not None and backend not in backends:
+            raise ValueError(f"applies to backend {' or '.join(backends)}, not '{backend}'")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:

@@ -70,3 +70,11 @@ def test_greedy_agreement_with_llama_cpp_is_measured(hf_backend: Backend, smollm
         "both backends must see the same chat-formatted prompt"
     )
     assert first_word >= len(PROMPTS) // 2
+
+
+def test_both_backends_count_tokens_with_the_models_tokenizer(hf_backend: Backend, smollm2: LlamaCppBackend) -> None:
+    """Games size reply caps with `count_tokens`: the same GGUF's tokenizer gives the same count either way."""
+    texts = ["explanation: a short sentence\nguess: crane", "X ▢ ▢ ▢ X\n▢ X ▢ X ▢", "意气风发", ""]
+    counts = [(hf_backend.count_tokens(text), smollm2.count_tokens(text)) for text in texts]
+    assert all(hf == llama for hf, llama in counts), counts
+    assert counts[0][0] > 5 and counts[-1][0] == 0

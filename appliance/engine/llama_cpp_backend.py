@@ -84,11 +84,12 @@ class LlamaCppBackend:
         exact_kv: bool = True,
         reuse_cache: bool = True,
         kv_budget_mb: int | None = None,
+        gpu_layers: int | None = None,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
         self.reuse_cache = reuse_cache
-        self.model = LlamaModel(model_path, name)
+        self.model = LlamaModel(model_path, name, gpu_layers)
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
@@ -459,4 +460,5 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         kv_unified=spec.kv_unified,
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
+        gpu_layers=spec.gpu_layers,
     )

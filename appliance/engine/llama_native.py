@@ -18,6 +18,8 @@ from appliance.engine.types import Message, ResolvedSampling
 from appliance.errors import ApplianceError
 
 _GGUF_MAGIC = b"GGUF"
+#: `gpu_layers = -1`: more layers than any model has, so llama.cpp offloads them all
+ALL_LAYERS = 1 << 20
 _initialised = False
 
 
@@ -48,10 +50,17 @@ def check_gguf_file(path: Path, model_name: str) -> None:
 class LlamaModel:
     """A loaded GGUF model and its vocabulary."""
 
-    def __init__(self, path: Path, name: str) -> None:
+    def __init__(self, path: Path, name: str, gpu_layers: int | None = None) -> None:
         init_backend()
         check_gguf_file(path, name)
         params = C.llama_model_default_params()
+        if gpu_layers:
+            if not C.llama_supports_gpu_offload():
+                raise ApplianceError(
+                    f"model '{name}': 'gpu_layers' is set but this llama-cpp-python build cannot offload to a GPU "
+                    "(reinstall it with CMAKE_ARGS=-DGGML_CUDA=on; see README)"
+                )
+            params.n_gpu_layers = ALL_LAYERS if gpu_layers < 0 else gpu_layers
         self.handle = C.llama_model_load_from_file(str(path).encode(), params)
         if not self.handle:
             raise ApplianceError(f"model '{name}': llama.cpp could not load {path} (corrupt or unsupported)")

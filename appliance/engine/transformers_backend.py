@@ -45,6 +45,16 @@ def _import_torch_stack() -> tuple[Any, Any]:
     return torch, transformers
 
 
+def model_placement(torch: Any, device: str | None, dtype: str | None, attention: str | None) -> dict[str, Any]:
+    """`from_pretrained` arguments from models.toml's device, dtype and attn_implementation."""
+    placement: dict[str, Any] = {"dtype": "auto" if dtype == "auto" else getattr(torch, dtype or "float32")}
+    if device == "auto":
+        placement["device_map"] = "auto"
+    if attention is not None:
+        placement["attn_implementation"] = attention
+    return placement
+
+
 class TransformersBackend:
     def __init__(
         self,
@@ -54,7 +64,8 @@ class TransformersBackend:
         chat_format: str = "gguf",
         slots: int = 16,
         device: str | None = None,
-        dtype: str = "float32",
+        dtype: str | None = None,
+        attn_implementation: str | None = None,
         threads: int | None = None,
     ) -> None:
         torch, transformers = _import_torch_stack()
@@ -65,16 +76,20 @@ class TransformersBackend:
         if threads:
             torch.set_num_threads(threads)
         source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
+        placement = model_placement(torch, device, dtype, attn_implementation)
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
             self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                source, local_files_only=True, torch_dtype=getattr(torch, dtype), **extra
+                source, local_files_only=True, **placement, **extra
             )
         except (OSError, ValueError) as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model.to(self.device)
+        if device == "auto":  # accelerate placed the layers (over every visible GPU, then CPU)
+            self.device = str(self.model.device)
+        else:
+            self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self.model.to(self.device)
         self.model.eval()
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -173,5 +188,8 @@ def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> Trans
         name=spec.name,
         chat_format=spec.chat_format,
         slots=max(1, min(spec.slots, parallel * 4)),
+        device=spec.device,
+        dtype=spec.dtype,
+        attn_implementation=spec.attn_implementation,
         threads=spec.threads,
     )

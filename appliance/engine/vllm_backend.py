@@ -41,8 +41,20 @@ def _structured(vllm: Any, grammar: str) -> dict[str, Any]:
     return {"guided_decoding": sampling_module.GuidedDecodingParams(grammar=grammar)}
 
 
+def vllm_parallelism(spec: ModelSpec) -> dict[str, Any]:
+    """models.toml's parallelism options as vLLM's engine arguments (vLLM's defaults where unset).
+    Tensor parallelism splits each layer over GPUs, pipeline parallelism the layers into stages; over
+    several machines vLLM places them on a Ray cluster (docs/engine.md, "GPUs")."""
+    options = {
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "pipeline_parallel_size": spec.pipeline_parallel_size,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+    }
+    return {name: value for name, value in options.items() if value is not None}
+
+
 class VllmBackend:
-    def __init__(self, path: Path, spec: ModelSpec, *, tensor_parallel_size: int = 1) -> None:
+    def __init__(self, path: Path, spec: ModelSpec) -> None:
         self.vllm = _import_vllm()
         try:
             import torch
@@ -59,8 +71,8 @@ class VllmBackend:
             model=str(path),
             max_model_len=spec.context_length,
             enable_prefix_caching=True,
-            tensor_parallel_size=tensor_parallel_size,
             max_num_seqs=spec.slots,
+            **vllm_parallelism(spec),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
