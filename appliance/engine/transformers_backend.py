@@ -1,20 +1,18 @@
-"""The transformers backend: torch + transformers, batched `generate` on CPU or GPU.
+"""The transformers backend: torch + transformers on CPU or GPU, continuously batched.
 
 Loads a Hugging Face folder, or a GGUF file through `gguf_file=` (transformers
-dequantises it to float32). Each step takes the queued requests that share
-sampling settings, left-pads them into one batch and generates to the end
-(static batching). What it does not do, and the llama.cpp backend does: keep
-a conversation's cache between turns, fork shared prefixes, and enforce
+dequantises it to float32). Requests join and leave the batch between decode
+steps, and a conversation's cache is kept between its turns
+(`transformers_batching.py`). What it does not do, and the llama.cpp backend
+does: fork one prompt's prefill for another's shared prefix, and enforce
 grammars (a constrained role's reply is parsed as is; failures are stored as
-unparsed). Sampled (temperature > 0) outputs depend on batch composition here,
-because torch draws one random stream per `generate` call; greedy does not.
+unparsed).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +20,18 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.registry import register_backend
-from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
+from appliance.engine.transformers_batching import (
+    ConversationCaches,
+    LiveSequence,
+    StoredConversation,
+    choose_token,
+    common_prefix,
+    join_caches,
+    logits_processors,
+    split_cache,
+)
+from appliance.engine.types import Completion, GenerationRequest
 from appliance.errors import ApplianceError
-
-
-@dataclass
-class _Queued:
-    ticket: int
-    request: GenerationRequest
-    submitted_at: float
 
 
 def _import_torch_stack() -> tuple[Any, Any]:
@@ -70,6 +71,7 @@ class TransformersBackend:
     ) -> None:
         torch, transformers = _import_torch_stack()
         self.torch = torch
+        self.transformers = transformers
         self.name = name
         if not path.exists():
             raise ApplianceError(f"model '{name}': {path} not found")
@@ -96,89 +98,131 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.slots = slots
-        self.waiting: deque[_Queued] = deque()
+        self.waiting: deque[LiveSequence] = deque()
+        self.live: list[LiveSequence] = []
+        self.conversations = ConversationCaches(capacity=4 * slots)
         self.counters = BackendCounters()
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
         ticket = self._next_ticket
         self._next_ticket += 1
-        self.waiting.append(_Queued(ticket, request, time.perf_counter()))
+        text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
+        prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
+        sequence = LiveSequence(
+            ticket=ticket,
+            prompt=list(prompt),
+            sampling=request.sampling,
+            stops=stops,
+            conversation=request.conversation_key,
+            submitted_at=time.perf_counter(),
+        )
+        self.waiting.append(sequence)
         self.counters.requests += 1
         return ticket
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting)
+        return bool(self.waiting or self.live)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
-        return render_with_tokenizer(self.tokenizer, self.use_template, request)
-
     def step(self) -> list[tuple[int, Completion]]:
-        """Generate one batch: the oldest request and queued ones with the same sampling."""
-        if not self.waiting:
-            return []
-        head = self.waiting[0].request.sampling
-        batch = [queued for queued in self.waiting if _same_settings(queued.request.sampling, head)][: self.slots]
-        for queued in batch:
-            self.waiting.remove(queued)
-        prompts = [self._prompt(queued.request) for queued in batch]
-        encoded = self.tokenizer(
-            [text for text, _ in prompts], return_tensors="pt", padding=True, add_special_tokens=not self.use_template
-        ).to(self.device)
-        settings: dict[str, Any] = {
-            "max_new_tokens": head.max_tokens,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "repetition_penalty": head.repeat_penalty,
-        }
-        if head.temperature > 0:
-            self.torch.manual_seed(head.seed)
-            settings.update(do_sample=True, temperature=head.temperature, top_p=head.top_p, top_k=head.top_k or None)
-            if head.min_p > 0:
-                settings["min_p"] = head.min_p
-        else:
-            settings.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if head.ignore_eos:
-            settings["min_new_tokens"] = head.max_tokens
+        """Admit waiting requests into free slots (each prefilled alone), then one batched decode step."""
         with self.torch.inference_mode():
-            output = self.model.generate(**encoded, **settings)
-        self.counters.decode_calls += 1
-        width = encoded["input_ids"].shape[1]
-        results: list[tuple[int, Completion]] = []
-        eos = self.tokenizer.eos_token_id
-        for row, (queued, (_, stops)) in enumerate(zip(batch, prompts, strict=True)):
-            generated = output[row, width:].tolist()
-            prompt_tokens = int(encoded["attention_mask"][row].sum())
-            ended = eos in generated and not head.ignore_eos
-            if ended:
-                generated = generated[: generated.index(eos)]
-            while generated and generated[-1] == self.tokenizer.pad_token_id and not ended:
-                generated.pop()
-            text = self.tokenizer.decode(generated, skip_special_tokens=True)
-            cut = min((text.find(stop) for stop in stops if stop in text), default=-1)
-            if cut >= 0:
-                text, ended = text[:cut], True
-            completion = Completion(
-                text=text,
-                finish_reason="stop" if ended else "length",
-                prompt_tokens=prompt_tokens,
-                completion_tokens=len(generated),
-                latency_s=time.perf_counter() - queued.submitted_at,
+            while self.waiting and len(self.live) < self.slots:
+                self._admit(self.waiting.popleft())
+            decoding = [s for s in self.live if s.finish_reason is None]
+            if decoding:
+                self._decode(decoding)
+        self.counters.peak_kv_cells = max(self.counters.peak_kv_cells, sum(s.cached_length for s in self.live))
+        finished = [s for s in self.live if s.finish_reason is not None]
+        self.live = [s for s in self.live if s.finish_reason is None]
+        return [(s.ticket, self._complete(s)) for s in finished]
+
+    def _admit(self, sequence: LiveSequence) -> None:
+        """Reuse the conversation's stored cache up to the common prefix, prefill the rest, pick a first token."""
+        stored = self.conversations.take(sequence.conversation)
+        reuse = 0 if stored is None else min(common_prefix(stored.tokens, sequence.prompt), len(sequence.prompt) - 1)
+        if stored is not None and reuse > 0:
+            surplus = stored.cache.get_seq_length() - reuse
+            if surplus > 0:
+                stored.cache.crop(-surplus)  # transformers 5 crops by a negative count of tokens to drop
+            sequence.cache = stored.cache
+        else:
+            reuse, sequence.cache = 0, self.transformers.DynamicCache()
+        sequence.cached_tokens = reuse
+        sequence.generator = self.torch.Generator(device=self.device).manual_seed(sequence.sampling.seed)
+        sequence.processors = logits_processors(sequence.sampling)
+        remainder = self.torch.tensor([sequence.prompt[reuse:]], device=self.device)
+        positions = self.torch.arange(reuse, len(sequence.prompt), device=self.device).unsqueeze(0)
+        output = self.model(input_ids=remainder, position_ids=positions, past_key_values=sequence.cache, use_cache=True)
+        self.counters.prompt_tokens += len(sequence.prompt)
+        self.counters.cached_prompt_tokens += reuse
+        self.live.append(sequence)
+        self._accept(sequence, choose_token(self.torch, sequence, output.logits[0, -1]))
+
+    def _decode(self, sequences: list[LiveSequence]) -> None:
+        """One token for every decoding sequence in one forward pass over their joined caches."""
+        tokens = self.torch.tensor([[s.pending] for s in sequences], device=self.device)
+        if len(sequences) == 1:
+            (sequence,) = sequences
+            position = self.torch.tensor([[sequence.cached_length]], device=self.device)
+            output = self.model(input_ids=tokens, position_ids=position, past_key_values=sequence.cache, use_cache=True)
+        else:
+            joined, mask, lengths = join_caches(
+                self.torch, self.transformers.DynamicCache, [s.cache for s in sequences]
             )
-            self.counters.prompt_tokens += prompt_tokens
-            self.counters.completion_tokens += len(generated)
-            results.append((queued.ticket, completion))
-        return results
+            positions = self.torch.tensor([[length] for length in lengths], device=self.device)
+            output = self.model(
+                input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=joined, use_cache=True
+            )
+            for sequence, cache in zip(
+                sequences, split_cache(self.transformers.DynamicCache, joined, lengths), strict=True
+            ):
+                sequence.cache = cache
+        self.counters.decode_calls += 1
+        for row, sequence in enumerate(sequences):
+            sequence.pending = None
+            self._accept(sequence, choose_token(self.torch, sequence, output.logits[row, -1]))
+
+    def _accept(self, sequence: LiveSequence, token: int) -> None:
+        """A sampled token: the end of the reply, or one more generated token (fed on the next step)."""
+        if token == self.tokenizer.eos_token_id and not sequence.sampling.ignore_eos:
+            sequence.finish_reason = "stop"
+            return
+        sequence.generated.append(token)
+        sequence.pending = token
+        if sequence.stops and any(stop in self._text(sequence) for stop in sequence.stops):
+            sequence.finish_reason = "stop"
+        elif len(sequence.generated) >= sequence.sampling.max_tokens:
+            sequence.finish_reason = "length"
+
+    def _text(self, sequence: LiveSequence) -> str:
+        return str(self.tokenizer.decode(sequence.generated, skip_special_tokens=True))
+
+    def _complete(self, sequence: LiveSequence) -> Completion:
+        text = self._text(sequence)
+        cut = min((text.find(stop) for stop in sequence.stops if stop in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        fed = sequence.prompt + sequence.generated[: sequence.cached_length - len(sequence.prompt)]
+        self.conversations.keep(sequence.conversation, StoredConversation(fed, sequence.cache))
+        self.counters.completion_tokens += len(sequence.generated)
+        return Completion(
+            text=text,
+            finish_reason="stop" if sequence.finish_reason == "stop" else "length",
+            prompt_tokens=len(sequence.prompt),
+            cached_prompt_tokens=sequence.cached_tokens,
+            completion_tokens=len(sequence.generated),
+            latency_s=time.perf_counter() - sequence.submitted_at,
+        )
 
     def close(self) -> None:
         self.waiting.clear()
-
-
-def _same_settings(a: ResolvedSampling, b: ResolvedSampling) -> bool:
-    return a.model_copy(update={"seed": 0, "stop": ()}) == b.model_copy(update={"seed": 0, "stop": ()})
+        self.live.clear()
+        self.conversations = ConversationCaches(capacity=self.conversations.capacity)
 
 
 @register_backend("transformers")

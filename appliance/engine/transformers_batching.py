@@ -1,0 +1,155 @@
+"""Continuous batching over transformers' own cache classes.
+
+Each live sequence keeps its KV cache in a `DynamicCache` of its own (batch
+of one). A decode step joins the live sequences' caches, left-padded to the
+longest, into one batched `DynamicCache`, runs the model once for one new
+token of each, and splits the grown cache back; a padded position is masked
+out of attention, so a sequence's numbers do not depend on its neighbours'
+lengths. Sequences join (after prefilling their prompt alone) and leave
+between steps. A finished conversation's cache is kept under its
+conversation key, and its next turn prefills only what follows the longest
+common token prefix.
+
+Sampling uses transformers' logits processors with one seeded `torch.Generator`
+per sequence, so a sampled reply does not depend on what it was batched with.
+Attention itself is the model's own (eager, sdpa, ...): nothing here touches it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.engine.types import ResolvedSampling
+
+
+@dataclass
+class StoredConversation:
+    """A finished turn's cache and the tokens it covers."""
+
+    tokens: list[int]
+    cache: Any
+
+
+@dataclass
+class LiveSequence:
+    ticket: int
+    prompt: list[int]
+    sampling: ResolvedSampling
+    stops: tuple[str, ...]
+    conversation: str | None
+    submitted_at: float
+    #: a DynamicCache of this sequence alone (prompt and generated tokens fed so far)
+    cache: Any = None
+    #: prompt tokens served from a stored conversation cache
+    cached_tokens: int = 0
+    generated: list[int] = field(default_factory=list)
+    #: the last sampled token, not yet fed into the cache
+    pending: int | None = None
+    finish_reason: str | None = None
+    generator: Any = None
+    processors: Any = None
+
+    @property
+    def cached_length(self) -> int:
+        return len(self.prompt) + len(self.generated) - (self.pending is not None)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+class ConversationCaches:
+    """Finished turns' caches by conversation key, least recently used dropped beyond `capacity`."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._stored: OrderedDict[str, StoredConversation] = OrderedDict()
+
+    def take(self, key: str | None) -> StoredConversation | None:
+        """The stored turn of `key`, removed (its cache now belongs to the new turn)."""
+        return self._stored.pop(key, None) if key is not None else None
+
+    def keep(self, key: str | None, stored: StoredConversation) -> None:
+        if key is None:
+            return
+        self._stored[key] = stored
+        self._stored.move_to_end(key)
+        while len(self._stored) > self.capacity:
+            self._stored.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+
+def logits_processors(sampling: ResolvedSampling) -> Any:
+    """transformers' own processors for a request's sampling settings (the warpers only when sampling)."""
+    from transformers.generation import logits_process as lp
+
+    processors = lp.LogitsProcessorList()
+    if sampling.repeat_penalty != 1.0:
+        processors.append(lp.RepetitionPenaltyLogitsProcessor(sampling.repeat_penalty))
+    if sampling.temperature > 0:
+        processors.append(lp.TemperatureLogitsWarper(sampling.temperature))
+        if sampling.top_k > 0:
+            processors.append(lp.TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            processors.append(lp.TopPLogitsWarper(sampling.top_p))
+        if sampling.min_p > 0:
+            processors.append(lp.MinPLogitsWarper(sampling.min_p))
+    return processors
+
+
+def choose_token(torch: Any, sequence: LiveSequence, logits: Any) -> int:
+    """The next token from one row of logits: greedy at temperature 0, else drawn with the sequence's generator."""
+    seen = torch.tensor([sequence.prompt + sequence.generated], device=logits.device)
+    scores = sequence.processors(seen, logits.float().unsqueeze(0))
+    if sequence.sampling.temperature <= 0:
+        return int(scores.argmax(dim=-1))
+    probabilities = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probabilities, 1, generator=sequence.generator))
+
+
+def join_caches(torch: Any, dynamic_cache: Callable[[], Any], caches: list[Any]) -> tuple[Any, Any, list[int]]:
+    """One batched cache from single-sequence caches, left-padded to the longest; also the attention
+    mask (padding 0) for one more token, and each sequence's length."""
+    lengths = [cache.get_seq_length() for cache in caches]
+    longest = max(lengths)
+    joined = dynamic_cache()
+    for index in range(len(caches[0].layers)):
+        keys, values = [], []
+        for cache, length in zip(caches, lengths, strict=True):
+            layer = cache.layers[index]
+            pad = longest - length
+            keys.append(torch.nn.functional.pad(layer.keys, (0, 0, pad, 0)))
+            values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
+        joined.update(torch.cat(keys), torch.cat(values), index)
+    device = caches[0].layers[0].keys.device
+    mask = torch.zeros((len(caches), longest + 1), dtype=torch.long, device=device)
+    for row, length in enumerate(lengths):
+        mask[row, longest - length :] = 1
+    return joined, mask, lengths
+
+
+def split_cache(dynamic_cache: Callable[[], Any], joined: Any, lengths: list[int]) -> list[Any]:
+    """The batched cache after one step, back into one cache per sequence (its padding dropped)."""
+    longest = max(lengths)
+    caches = []
+    for row, length in enumerate(lengths):
+        own = dynamic_cache()
+        for index, layer in enumerate(joined.layers):
+            start = longest - length
+            own.update(
+                layer.keys[row : row + 1, :, start:, :].contiguous(),
+                layer.values[row : row + 1, :, start:, :].contiguous(),
+                index,
+            )
+        caches.append(own)
+    return caches
