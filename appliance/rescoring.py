@@ -15,6 +15,7 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
+from appliance.engine.synthetic import refuse_synthetic
 from appliance.episodes import EpisodeContext, derive_seed, pair_label
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
@@ -84,6 +85,7 @@ def rescore_run(
     backend_factory: BackendFactory = open_backend,
     on_episode: Callable[[int, int], None] | None = None,
 ) -> RescoreSummary:
+    refuse_synthetic(catalog.synthetic_among(list(panel.judges)), "a rescoring")
     config = RunConfig(**store.run(run_id)["config"])
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:

@@ -23,6 +23,7 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
+from appliance.engine.synthetic import refuse_synthetic
 from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label, table_label
 from appliance.errors import ApplianceError
 from appliance.interrupts import RunInterrupted, StopRequest
@@ -277,6 +278,8 @@ class Runner:
         Models are loaded before anything is written, so a model that fails to
         load leaves the store exactly as it was.
         """
+        roles = [*config.players, *support_role_models(config).values(), *config.panel.judges]
+        refuse_synthetic(self.catalog.synthetic_among(roles), "a run")
         started = time.perf_counter()
         run_id = resume or new_run_id()
         if resume is None:

@@ -20,7 +20,7 @@ from appliance.offline import enforce_offline
 
 enforce_offline()
 
-from appliance.catalog import locate_model_file  # noqa: E402
+from appliance.catalog import Catalog, locate_model_file  # noqa: E402
 from appliance.cli.compare import compare  # noqa: E402
 from appliance.cli.imports import add_import_commands  # noqa: E402
 from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
@@ -285,6 +285,12 @@ def export(
 @app.command()
 def bench(
     quick: Annotated[bool, typer.Option("--quick", help="smaller workloads (a few minutes)")] = False,
+    backend: Annotated[
+        str, typer.Option(help="llama_cpp (the full suite), or transformers / vllm (decode and prefill)")
+    ] = "llama_cpp",
+    model: Annotated[
+        str | None, typer.Option(help="the model to measure (transformers/vllm: required; may be synthetic)")
+    ] = None,
     panel: PanelOption = "default",
     out: Annotated[Path, typer.Option(help="folder for the JSON and markdown results")] = Path("bench_results"),
     db: DbOption = None,
@@ -295,6 +301,9 @@ def bench(
     from appliance.bench.suite import run_bench, write_outputs
 
     catalog = load_models(models)
+    if backend != "llama_cpp":
+        _bench_other_backend(catalog, backend, model, quick=quick, out=out, as_json=as_json)
+        return
     chosen = load_panel(panel, catalog)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
         report = run_bench(catalog, chosen, quick=quick, say=(lambda text: None) if as_json else console.print)
@@ -318,6 +327,26 @@ def bench(
     console.print(f"wrote {json_path} and {markdown_path}")
 
 
+def _bench_other_backend(
+    catalog: Catalog, backend: str, model: str | None, *, quick: bool, out: Path, as_json: bool
+) -> None:
+    from appliance.bench.backend_bench import run_backend_bench, write_backend_outputs
+
+    if backend not in ("transformers", "vllm"):
+        raise ApplianceError(f"--backend: unknown backend '{backend}' (llama_cpp, transformers or vllm)")
+    if model is None:
+        raise ApplianceError(f"--model: name the {backend} model to measure (a models.toml entry)")
+    spec = catalog.get(model)
+    if spec.backend != backend:
+        raise ApplianceError(f"--model: '{model}' uses backend '{spec.backend}', not '{backend}'")
+    report = run_backend_bench(catalog, spec, quick=quick, say=(lambda text: None) if as_json else console.print)
+    json_path, markdown_path = write_backend_outputs(report, out)
+    if as_json:
+        print(report.model_dump_json())
+        return
+    console.print(f"wrote {json_path} and {markdown_path}")
+
+
 @models_app.command("list")
 def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> None:
     """Name, backend, file, size and presence of every model."""
@@ -326,9 +355,9 @@ def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> Non
     for spec in catalog.models.values():
         try:
             path: Path | None = locate_model_file(spec, catalog.source.parent, assemble=False)
-        except ApplianceError:
+        except ApplianceError:  # not installed, or a synthetic model (no file)
             path = None
-        present = path is not None and path.exists()
+        present = spec.synthetic is not None or (path is not None and path.exists())
         size = path.stat().st_size if present and path is not None and path.is_file() else None
         rows.append(
             {
@@ -387,7 +416,8 @@ def models_check(
     finally:
         backend.close()
     completion = results[0][1]
-    console.print(f"model '{name}' loaded in {loaded:.2f} s from {catalog.resolve_path(spec)}")
+    source = spec.describe_source() if spec.synthetic is not None else catalog.resolve_path(spec)
+    console.print(f"model '{name}' loaded in {loaded:.2f} s from {source}")
     console.print(
         f"generated {completion.completion_tokens} tokens in {completion.latency_s:.2f} s "
         f"({completion.finish_reason}): {completion.text!r}"

@@ -20,6 +20,7 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.registry import register_backend
+from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
     LiveSequence,
@@ -56,12 +57,27 @@ def model_placement(torch: Any, device: str | None, dtype: str | None, attention
     return placement
 
 
+def _load_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
+    """Tokenizer and model from a Hugging Face folder, or from a GGUF file (dequantised)."""
+    if not path.exists():
+        raise ApplianceError(f"model '{name}': {path} not found")
+    source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
+        model = transformers.AutoModelForCausalLM.from_pretrained(source, local_files_only=True, **placement, **extra)
+    except (OSError, ValueError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
+    return tokenizer, model
+
+
 class TransformersBackend:
     def __init__(
         self,
-        path: Path,
+        path: Path | None,
         *,
         name: str,
+        synthetic: SyntheticShape | None = None,
         chat_format: str = "gguf",
         slots: int = 16,
         device: str | None = None,
@@ -73,29 +89,23 @@ class TransformersBackend:
         self.torch = torch
         self.transformers = transformers
         self.name = name
-        if not path.exists():
-            raise ApplianceError(f"model '{name}': {path} not found")
         if threads:
             torch.set_num_threads(threads)
-        source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
         placement = model_placement(torch, device, dtype, attn_implementation)
-        try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                source, local_files_only=True, **placement, **extra
-            )
-        except (OSError, ValueError) as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
-        if device == "auto":  # accelerate placed the layers (over every visible GPU, then CPU)
+        if synthetic is not None:
+            dtype_of_weights = torch.float32 if placement["dtype"] == "auto" else placement["dtype"]
+            self.tokenizer: Any = ByteTokens()
+            self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights)
+        else:
+            assert path is not None
+            self.tokenizer, self.model = _load_pretrained(transformers, name, path, placement)
+        if device == "auto" and synthetic is None:  # accelerate placed the layers (over every GPU, then CPU)
             self.device = str(self.model.device)
         else:
-            self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            wanted = None if device == "auto" else device  # a synthetic model on "auto": the first GPU, else CPU
+            self.device = wanted or ("cuda" if torch.cuda.is_available() else "cpu")
             self.model.to(self.device)
         self.model.eval()
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.slots = slots
         self.waiting: deque[LiveSequence] = deque()
@@ -227,9 +237,11 @@ class TransformersBackend:
 
 @register_backend("transformers")
 def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> TransformersBackend:
+    shape = spec.synthetic_shape
     return TransformersBackend(
-        catalog.resolve_path(spec),
+        None if shape is not None else catalog.resolve_path(spec),
         name=spec.name,
+        synthetic=shape,
         chat_format=spec.chat_format,
         slots=max(1, min(spec.slots, parallel * 4)),
         device=spec.device,

@@ -1,0 +1,332 @@
+"""`appliance bench --backend transformers|vllm --model NAME`: the engine's throughput on another backend.
+
+The same workloads as the llama.cpp bench, through the `Backend` interface:
+
+- decode at 1..256 sequences (greedy, EOS ignored), against the backend's own
+  bare loop where it has one (transformers: one static `generate` call over the
+  left-padded batch; vLLM's engine is its own loop, so it has none);
+- prefill: prompts of `prompt_tokens` tokens with a one-token reply, against one
+  batched forward pass (transformers).
+
+A synthetic-weight model (`synthetic = "llama-1b"` in models.toml) is marked so:
+its rates are real, its text is noise. The report records the device, its
+driver and the library versions, and for a GPU of known memory bandwidth the
+single-stream ceiling (bandwidth / bytes of weights read per decode step).
+The PingPong end-to-end workload needs real weights and the llama.cpp bench;
+it is not run here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from pydantic import BaseModel
+
+from appliance.bench.decode import bench_prompts
+from appliance.bench.machine import describe_machine
+from appliance.catalog import Catalog, ModelSpec
+from appliance.engine.backend import Backend
+from appliance.engine.factory import open_backend
+from appliance.engine.types import GenerationRequest, ResolvedSampling
+
+#: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
+KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.0e12}
+
+
+class BackendBenchPlan(BaseModel):
+    sequences: list[int] = [1, 4, 16, 64, 256]
+    new_tokens: int = 64
+    prompt_tokens: int = 512
+    prefill_sequences: list[int] = [1, 8]
+    repeats: int = 3
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> BackendBenchPlan:
+        return cls(sequences=[1, 4], new_tokens=16, prompt_tokens=64, prefill_sequences=[1, 4], repeats=1)
+
+
+class BackendDecodePoint(BaseModel):
+    sequences: int
+    engine_tokens_per_s: float
+    bare_tokens_per_s: float | None
+    ratio: float | None
+
+
+class PrefillPoint(BaseModel):
+    sequences: int
+    prompt_tokens: int
+    engine_tokens_per_s: float
+    bare_tokens_per_s: float | None
+
+
+class BackendBenchReport(BaseModel):
+    bench_id: str
+    started_at: datetime
+    backend: str
+    model: str
+    synthetic: bool
+    parameters: int | None
+    quick: bool
+    plan: BackendBenchPlan
+    machine: dict[str, Any]
+    device: dict[str, Any]
+    versions: dict[str, str]
+    decode: list[BackendDecodePoint]
+    prefill: list[PrefillPoint]
+    #: bytes of weights read per decode step, and the single-stream rate the device's bandwidth allows
+    weight_bytes: int | None
+    bandwidth_ceiling_tokens_per_s: float | None
+    notes: list[str]
+    wall_s: float
+
+
+def run_backend_bench(
+    catalog: Catalog, spec: ModelSpec, *, quick: bool, say: Callable[[str], None]
+) -> BackendBenchReport:
+    plan = BackendBenchPlan.quick() if quick else BackendBenchPlan()
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).replace(tzinfo=None)
+    backend = open_backend(catalog, spec, parallel=max(plan.sequences) // 4 or 1)
+    try:
+        say(f"{spec.backend} bench of {spec.name} ({spec.describe_source()})")
+        decode = [_decode_point(backend, sequences, plan, say) for sequences in plan.sequences]
+        prefill = [_prefill_point(backend, sequences, plan, say) for sequences in plan.prefill_sequences]
+        device = describe_device(backend)
+        weight_bytes = _weight_bytes(backend)
+    finally:
+        backend.close()
+    bandwidth = next((b for name, b in KNOWN_BANDWIDTH.items() if name in str(device.get("name", ""))), None)
+    notes = ["the PingPong end-to-end workload runs in the llama.cpp bench (`appliance bench`), not here"]
+    if spec.synthetic is not None:
+        notes.append("synthetic (random) weights: the rates are real, the generated text is noise")
+    shape = spec.synthetic_shape
+    return BackendBenchReport(
+        bench_id=started_at.strftime("%Y%m%d-%H%M%S") + f"-{spec.backend}" + ("-quick" if quick else ""),
+        started_at=started_at,
+        backend=spec.backend,
+        model=spec.name,
+        synthetic=spec.synthetic is not None,
+        parameters=shape.parameters() if shape is not None else None,
+        quick=quick,
+        plan=plan,
+        machine=describe_machine(),
+        device=device,
+        versions=_versions(),
+        decode=decode,
+        prefill=prefill,
+        weight_bytes=weight_bytes,
+        bandwidth_ceiling_tokens_per_s=bandwidth / weight_bytes if bandwidth and weight_bytes else None,
+        notes=notes,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _requests(prompts: list[str], max_tokens: int) -> list[GenerationRequest]:
+    sampling = ResolvedSampling(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    return [GenerationRequest(prompt=prompt, sampling=sampling) for prompt in prompts]
+
+
+def _engine_rate(backend: Backend, requests: list[GenerationRequest], count: Callable[[Any], int]) -> float:
+    started = time.perf_counter()
+    tokens = 0
+    for request in requests:
+        backend.submit(request)
+    while backend.busy:
+        tokens += sum(count(completion) for _, completion in backend.step())
+    return tokens / (time.perf_counter() - started)
+
+
+def _decode_point(
+    backend: Backend, sequences: int, plan: BackendBenchPlan, say: Callable[[str], None]
+) -> BackendDecodePoint:
+    prompts = bench_prompts(sequences, plan.seed)
+    engine, bare = [], []
+    for _ in range(plan.repeats):
+        engine.append(_engine_rate(backend, _requests(prompts, plan.new_tokens), lambda c: c.completion_tokens))
+        rate = bare_generate_rate(backend, prompts, plan.new_tokens)
+        if rate is not None:
+            bare.append(rate)
+    point = BackendDecodePoint(
+        sequences=sequences,
+        engine_tokens_per_s=median(engine),
+        bare_tokens_per_s=median(bare) if bare else None,
+        ratio=median(engine) / median(bare) if bare else None,
+    )
+    shown = f"{point.bare_tokens_per_s:.1f}" if point.bare_tokens_per_s is not None else "-"
+    say(f"  decode {sequences:>3} sequences: engine {point.engine_tokens_per_s:.1f} tok/s, bare {shown} tok/s")
+    return point
+
+
+def _prefill_point(
+    backend: Backend, sequences: int, plan: BackendBenchPlan, say: Callable[[str], None]
+) -> PrefillPoint:
+    prompts = [_long_prompt(backend, plan.prompt_tokens, index) for index in range(sequences)]
+    engine = median(
+        _engine_rate(backend, _requests(prompts, 1), lambda c: c.prompt_tokens - c.cached_prompt_tokens)
+        for _ in range(plan.repeats)
+    )
+    bare = bare_forward_rate(backend, prompts)
+    say(f"  prefill {sequences:>3} x {plan.prompt_tokens} tokens: engine {engine:.1f} tok/s")
+    return PrefillPoint(
+        sequences=sequences, prompt_tokens=plan.prompt_tokens, engine_tokens_per_s=engine, bare_tokens_per_s=bare
+    )
+
+
+def _long_prompt(backend: Backend, tokens: int, index: int) -> str:
+    """A prompt of about `tokens` tokens that shares no prefix with the others (no cache reuse)."""
+    words = f"{index} " + " ".join(f"word{index}x{n}" for n in range(tokens))
+    while backend.count_tokens(words) > tokens:
+        words = words[: int(len(words) * 0.9)]
+    return words
+
+
+def _padded_batch(backend: Backend, prompts: list[str]) -> tuple[Any, Any, Any, Any] | None:
+    """(torch, model, ids, mask) of the prompts left-padded into one batch, for a backend that holds a
+    torch model and a tokenizer (transformers); None for others."""
+    torch, model, tokenizer = (getattr(backend, name, None) for name in ("torch", "model", "tokenizer"))
+    if torch is None or model is None or tokenizer is None:
+        return None
+    rows = [tokenizer.encode(prompt, add_special_tokens=False) for prompt in prompts]
+    width = max(len(row) for row in rows)
+    device = getattr(backend, "device", "cpu")
+    ids = torch.tensor([[0] * (width - len(row)) + row for row in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=device)
+    return torch, model, ids, mask
+
+
+def bare_generate_rate(backend: Backend, prompts: list[str], new_tokens: int) -> float | None:
+    """The transformers backend's own bare loop: one static `generate` over the left-padded batch."""
+    batch = _padded_batch(backend, prompts)
+    if batch is None:
+        return None
+    torch, model, ids, mask = batch
+    started = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return len(prompts) * new_tokens / (time.perf_counter() - started)
+
+
+def bare_forward_rate(backend: Backend, prompts: list[str]) -> float | None:
+    """One forward pass over all prompts at once (left-padded): the bare prefill rate."""
+    batch = _padded_batch(backend, prompts)
+    if batch is None:
+        return None
+    torch, model, ids, mask = batch
+    started = time.perf_counter()
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=mask)
+    return int(mask.sum()) / (time.perf_counter() - started)
+
+
+def describe_device(backend: Backend) -> dict[str, Any]:
+    """The device the backend decodes on, its name and driver where it is a GPU."""
+    device = str(getattr(backend, "device", "cpu"))
+    info: dict[str, Any] = {"device": device, "name": "CPU"}
+    torch = getattr(backend, "torch", None)
+    if torch is not None and device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        info["name"] = torch.cuda.get_device_name(index)
+        info["cuda"] = torch.version.cuda
+        info["memory_gb"] = round(torch.cuda.get_device_properties(index).total_memory / 2**30, 1)
+        info["driver"] = _nvidia_driver()
+    return info
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
+
+
+def _weight_bytes(backend: Backend) -> int | None:
+    model = getattr(backend, "model", None)
+    if model is None or not hasattr(model, "parameters"):
+        return None
+    return int(sum(p.numel() * p.element_size() for p in model.parameters()))
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in ("appliance", "torch", "transformers", "accelerate", "vllm", "llama-cpp-python"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"bench-{report.bench_id}"
+    json_path, markdown_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(report.model_dump_json(indent=2) + "\n")
+    markdown_path.write_text(render_backend_markdown(report))
+    return json_path, markdown_path
+
+
+def render_backend_markdown(report: BackendBenchReport) -> str:
+    device = report.device
+    kind = "synthetic weights" if report.synthetic else "real weights"
+    ceiling = report.bandwidth_ceiling_tokens_per_s
+    lines = [
+        f"# appliance bench {report.bench_id}",
+        "",
+        f"Backend {report.backend}, model {report.model} ({kind}"
+        + (f", {report.parameters / 1e6:,.1f}M parameters" if report.parameters else "")
+        + f"), device {device.get('name')} ({device.get('device')}"
+        + (f", driver {device['driver']}, CUDA {device.get('cuda')}" if device.get("driver") else "")
+        + f"); torch {report.versions.get('torch')}, transformers {report.versions.get('transformers')}. "
+        f"Total {report.wall_s:.0f} s.",
+        "",
+        "## Decode (greedy, EOS ignored, prefill included)",
+        "",
+        "| sequences | engine tok/s | bare loop tok/s | engine / bare |",
+        "| ---: | ---: | ---: | ---: |",
+        *[
+            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | "
+            + (f"{p.bare_tokens_per_s:.1f} | {p.ratio:.2f} |" if p.bare_tokens_per_s and p.ratio else "- | - |")
+            for p in report.decode
+        ],
+        "",
+        "## Prefill",
+        "",
+        "| sequences | prompt tokens | engine tok/s | one batched forward tok/s |",
+        "| ---: | ---: | ---: | ---: |",
+        *[
+            f"| {p.sequences} | {p.prompt_tokens} | {p.engine_tokens_per_s:.1f} | "
+            + (f"{p.bare_tokens_per_s:.1f} |" if p.bare_tokens_per_s else "- |")
+            for p in report.prefill
+        ],
+        "",
+        f"Weights read per decode step: {report.weight_bytes / 1e9:.3f} GB; single-stream bandwidth ceiling: "
+        + (f"{ceiling:.0f} tok/s." if ceiling else "no known bandwidth for this device.")
+        if report.weight_bytes
+        else "",
+        "",
+        *[f"- {note}" for note in report.notes],
+        "",
+    ]
+    return "\n".join(lines)
