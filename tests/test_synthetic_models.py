@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from appliance.bench.e2e import stateless_backend
 from appliance.catalog import load_catalog
 from appliance.engine.synthetic import PRESETS, ByteTokens
-from appliance.engine.transformers_backend import TransformersBackend
+from appliance.engine.transformers_backend import TransformersBackend, transformers_backend_for
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
@@ -99,3 +100,22 @@ def test_bench_backend_and_model_mistakes_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[models.x]\nsynthetic = "llama-1b"\n')
     assert_clean_error(cli("models", "list", "--models", str(bad)), "field 'synthetic'", "transformers")
+
+
+def test_the_stateless_baseline_keeps_no_turn_but_the_engine_does(tmp_path: Path) -> None:
+    """The bench's baseline arm on the transformers backend prefills every turn from scratch."""
+    catalog = load_catalog(models_with_synthetic(tmp_path))
+    spec = catalog.get("tiny")
+    sampling = ResolvedSampling(temperature=0.0, max_tokens=4, ignore_eos=True)
+    first = (Message(role="user", content="one"),)
+    second = (*first, Message(role="assistant", content="two"), Message(role="user", content="three"))
+    cached = []
+    for backend in (transformers_backend_for(catalog, spec, slots=2), stateless_backend(catalog, spec, parallel=1)):
+        for messages in (first, second):
+            backend.submit(GenerationRequest(messages=messages, sampling=sampling, conversation_key="c"))
+            done = []
+            while backend.busy:
+                done.extend(backend.step())
+        cached.append(done[0][1].cached_prompt_tokens)
+        backend.close()
+    assert cached[0] > 0 and cached[1] == 0

@@ -12,8 +12,8 @@ A synthetic-weight model (`synthetic = "llama-1b"` in models.toml) is marked so:
 its rates are real, its text is noise. The report records the device, its
 driver and the library versions, and for a GPU of known memory bandwidth the
 single-stream ceiling (bandwidth / bytes of weights read per decode step).
-The PingPong end-to-end workload needs real weights and the llama.cpp bench;
-it is not run here.
+With real weights the PingPong end-to-end workload runs too, the model in
+every role, against the sequential stateless baseline on the same backend.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from appliance.bench.decode import bench_prompts
+from appliance.bench.e2e import EndToEndResult, end_to_end
 from appliance.bench.machine import describe_machine
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
+from appliance.judging.panels import Panel
+from appliance.scenarios import ScenarioFamily, load_family
 
 #: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
 KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.0e12}
@@ -47,10 +50,21 @@ class BackendBenchPlan(BaseModel):
     prefill_sequences: list[int] = [1, 8]
     repeats: int = 3
     seed: int = 0
+    #: the PingPong workload (real weights only): conversations x turns, the model as player, user and judge
+    conversations: int = 16
+    turns: int = 4
 
     @classmethod
     def quick(cls) -> BackendBenchPlan:
-        return cls(sequences=[1, 4], new_tokens=16, prompt_tokens=64, prefill_sequences=[1, 4], repeats=1)
+        return cls(
+            sequences=[1, 4],
+            new_tokens=16,
+            prompt_tokens=64,
+            prefill_sequences=[1, 4],
+            repeats=1,
+            conversations=2,
+            turns=1,
+        )
 
 
 class BackendDecodePoint(BaseModel):
@@ -81,6 +95,8 @@ class BackendBenchReport(BaseModel):
     versions: dict[str, str]
     decode: list[BackendDecodePoint]
     prefill: list[PrefillPoint]
+    #: PingPong with the model in every role against the sequential stateless baseline (real weights only)
+    e2e: EndToEndResult | None = None
     #: bytes of weights read per decode step, and the single-stream rate the device's bandwidth allows
     weight_bytes: int | None
     bandwidth_ceiling_tokens_per_s: float | None
@@ -103,10 +119,11 @@ def run_backend_bench(
         weight_bytes = _weight_bytes(backend)
     finally:
         backend.close()
+    e2e = None if spec.synthetic is not None else _pingpong(catalog, spec, plan, say)
     bandwidth = next((b for name, b in KNOWN_BANDWIDTH.items() if name in str(device.get("name", ""))), None)
-    notes = ["the PingPong end-to-end workload runs in the llama.cpp bench (`appliance bench`), not here"]
+    notes = []
     if spec.synthetic is not None:
-        notes.append("synthetic (random) weights: the rates are real, the generated text is noise")
+        notes.append("synthetic (random) weights: the rates are real, the text is noise; no PingPong workload")
     shape = spec.synthetic_shape
     return BackendBenchReport(
         bench_id=started_at.strftime("%Y%m%d-%H%M%S") + f"-{spec.backend}" + ("-quick" if quick else ""),
@@ -122,11 +139,31 @@ def run_backend_bench(
         versions=_versions(),
         decode=decode,
         prefill=prefill,
+        e2e=e2e,
         weight_bytes=weight_bytes,
         bandwidth_ceiling_tokens_per_s=bandwidth / weight_bytes if bandwidth and weight_bytes else None,
         notes=notes,
         wall_s=time.perf_counter() - started,
     )
+
+
+def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Callable[[str], None]) -> EndToEndResult:
+    say(f"  end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, {spec.name} in every role")
+    pingpong = load_family("pingpong")
+    assert isinstance(pingpong, ScenarioFamily)
+    e2e = end_to_end(
+        catalog,
+        pingpong,
+        conversations=plan.conversations,
+        turns=plan.turns,
+        player=spec.name,
+        interrogator=spec.name,
+        panel=Panel(name="bench", judges=[spec.name]),
+        seed=plan.seed,
+        parallel=plan.conversations,
+    )
+    say(f"    appliance {e2e.appliance.wall_s:.1f} s, baseline {e2e.baseline.wall_s:.1f} s, speedup {e2e.speedup:.2f}x")
+    return e2e
 
 
 def _requests(prompts: list[str], max_tokens: int) -> list[GenerationRequest]:
@@ -287,6 +324,25 @@ def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Pat
     return json_path, markdown_path
 
 
+def _e2e_lines(e2e: EndToEndResult | None) -> list[str]:
+    if e2e is None:
+        return []
+    return [
+        f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, the model in every role",
+        "",
+        "| arm | wall s | prefill tokens | cached prompt tokens | decode tokens |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {name} | {arm.wall_s:.1f} | {arm.prefill_tokens} | {arm.cached_prompt_tokens} | {arm.decode_tokens} |"
+            for name, arm in (("appliance", e2e.appliance), ("sequential stateless baseline", e2e.baseline))
+        ],
+        "",
+        f"Speedup {e2e.speedup:.2f}x; transcripts identical: {e2e.transcripts_identical} "
+        f"({e2e.messages_differing} of {e2e.messages_compared} differ).",
+        "",
+    ]
+
+
 def render_backend_markdown(report: BackendBenchReport) -> str:
     device = report.device
     kind = "synthetic weights" if report.synthetic else "real weights"
@@ -326,6 +382,7 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         if report.weight_bytes
         else "",
         "",
+        *_e2e_lines(report.e2e),
         *[f"- {note}" for note in report.notes],
         "",
     ]

@@ -49,6 +49,10 @@ class EndToEndResult(BaseModel):
 
 def stateless_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
     """One sequence, no cache reuse: every request is prefilled from scratch."""
+    if spec.backend == "transformers":
+        from appliance.engine.transformers_backend import transformers_backend_for
+
+        return transformers_backend_for(catalog, spec, slots=1, reuse_cache=False)
     return LlamaCppBackend(
         catalog.resolve_path(spec),
         name=spec.name,

@@ -23,13 +23,12 @@ from appliance.engine.registry import register_backend
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
+    DecodeBatch,
     LiveSequence,
     StoredConversation,
     choose_token,
     common_prefix,
-    join_caches,
     logits_processors,
-    split_cache,
 )
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.errors import ApplianceError
@@ -84,6 +83,7 @@ class TransformersBackend:
         dtype: str | None = None,
         attn_implementation: str | None = None,
         threads: int | None = None,
+        reuse_cache: bool = True,
     ) -> None:
         torch, transformers = _import_torch_stack()
         self.torch = torch
@@ -110,7 +110,10 @@ class TransformersBackend:
         self.slots = slots
         self.waiting: deque[LiveSequence] = deque()
         self.live: list[LiveSequence] = []
-        self.conversations = ConversationCaches(capacity=4 * slots)
+        #: the decoding sequences' joined caches, kept between steps while they stay the same
+        self.batch: DecodeBatch | None = None
+        # without reuse (the bench's stateless baseline) no finished turn's cache is kept
+        self.conversations = ConversationCaches(capacity=4 * slots if reuse_cache else 0)
         self.counters = BackendCounters()
         self._next_ticket = 0
 
@@ -148,6 +151,8 @@ class TransformersBackend:
                 self._decode(decoding)
         self.counters.peak_kv_cells = max(self.counters.peak_kv_cells, sum(s.cached_length for s in self.live))
         finished = [s for s in self.live if s.finish_reason is not None]
+        if self.batch is not None:
+            self.batch.release(finished)
         self.live = [s for s in self.live if s.finish_reason is None]
         return [(s.ticket, self._complete(s)) for s in finished]
 
@@ -175,23 +180,19 @@ class TransformersBackend:
 
     def _decode(self, sequences: list[LiveSequence]) -> None:
         """One token for every decoding sequence in one forward pass over their joined caches."""
+        if self.batch is None or not self.batch.holds(sequences):
+            if self.batch is not None:
+                self.batch.dissolve()
+            self.batch = DecodeBatch(self.torch, self.transformers.DynamicCache, sequences)
         tokens = self.torch.tensor([[s.pending] for s in sequences], device=self.device)
-        if len(sequences) == 1:
-            (sequence,) = sequences
-            position = self.torch.tensor([[sequence.cached_length]], device=self.device)
-            output = self.model(input_ids=tokens, position_ids=position, past_key_values=sequence.cache, use_cache=True)
-        else:
-            joined, mask, lengths = join_caches(
-                self.torch, self.transformers.DynamicCache, [s.cache for s in sequences]
-            )
-            positions = self.torch.tensor([[length] for length in lengths], device=self.device)
-            output = self.model(
-                input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=joined, use_cache=True
-            )
-            for sequence, cache in zip(
-                sequences, split_cache(self.transformers.DynamicCache, joined, lengths), strict=True
-            ):
-                sequence.cache = cache
+        positions = self.torch.tensor([[s.cached_length] for s in sequences], device=self.device)
+        output = self.model(
+            input_ids=tokens,
+            attention_mask=self.batch.grow(),
+            position_ids=positions,
+            past_key_values=self.batch.cache,
+            use_cache=True,
+        )
         self.counters.decode_calls += 1
         for row, sequence in enumerate(sequences):
             sequence.pending = None
@@ -232,20 +233,29 @@ class TransformersBackend:
     def close(self) -> None:
         self.waiting.clear()
         self.live.clear()
+        self.batch = None
         self.conversations = ConversationCaches(capacity=self.conversations.capacity)
 
 
-@register_backend("transformers")
-def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> TransformersBackend:
+def transformers_backend_for(
+    catalog: Catalog, spec: ModelSpec, *, slots: int, reuse_cache: bool = True
+) -> TransformersBackend:
+    """The backend for a models.toml entry; `reuse_cache=False` keeps no turn's cache (a stateless baseline)."""
     shape = spec.synthetic_shape
     return TransformersBackend(
         None if shape is not None else catalog.resolve_path(spec),
         name=spec.name,
         synthetic=shape,
         chat_format=spec.chat_format,
-        slots=max(1, min(spec.slots, parallel * 4)),
+        slots=slots,
         device=spec.device,
         dtype=spec.dtype,
         attn_implementation=spec.attn_implementation,
         threads=spec.threads,
+        reuse_cache=reuse_cache,
     )
+
+
+@register_backend("transformers")
+def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> TransformersBackend:
+    return transformers_backend_for(catalog, spec, slots=max(1, min(spec.slots, parallel * 4)))

@@ -117,9 +117,66 @@ def choose_token(torch: Any, sequence: LiveSequence, logits: Any) -> int:
     return int(torch.multinomial(probabilities, 1, generator=sequence.generator))
 
 
-def join_caches(torch: Any, dynamic_cache: Callable[[], Any], caches: list[Any]) -> tuple[Any, Any, list[int]]:
-    """One batched cache from single-sequence caches, left-padded to the longest; also the attention
-    mask (padding 0) for one more token, and each sequence's length."""
+class DecodeBatch:
+    """The live sequences' caches joined into one batched `DynamicCache`, kept from step to step.
+
+    Rows are left-padded to the longest and the padding masked out, so each
+    sequence's attention sees only its own tokens. While the same sequences
+    decode, each step only appends a column; when one leaves, its row is
+    dropped in place; only a newcomer makes the batch be joined again. A
+    sequence's own cache is cut out of its row when it leaves.
+    """
+
+    def __init__(self, torch: Any, new_cache: Callable[[], Any], sequences: list[LiveSequence]) -> None:
+        self.torch = torch
+        self.new_cache = new_cache
+        self.sequences = list(sequences)
+        self.cache, self.mask = join_caches(torch, new_cache, [s.cache for s in sequences])
+        for sequence in sequences:
+            sequence.cache = None  # its keys and values now live in this batch
+
+    def holds(self, sequences: list[LiveSequence]) -> bool:
+        return [s.ticket for s in sequences] == [s.ticket for s in self.sequences]
+
+    def grow(self) -> Any:
+        """The attention mask for one more token of every row (the cache grows in the forward pass)."""
+        ones = self.torch.ones((len(self.sequences), 1), dtype=self.mask.dtype, device=self.mask.device)
+        self.mask = self.torch.cat([self.mask, ones], dim=1)
+        return self.mask
+
+    def release(self, leaving: list[LiveSequence]) -> None:
+        """Give each leaving sequence its own cache back, and drop its row."""
+        if not leaving:
+            return
+        gone = {s.ticket for s in leaving}
+        for row, sequence in enumerate(self.sequences):
+            if sequence.ticket in gone:
+                sequence.cache = self._row_cache(row, sequence.cached_length)
+        keep = [row for row, s in enumerate(self.sequences) if s.ticket not in gone]
+        self.sequences = [self.sequences[row] for row in keep]
+        if keep:
+            self.cache.batch_select_indices(self.torch.tensor(keep, device=self.mask.device))
+            self.mask = self.mask[keep]
+
+    def dissolve(self) -> None:
+        """Every sequence takes its own cache back (before the batch is joined anew)."""
+        self.release(list(self.sequences))
+
+    def _row_cache(self, row: int, length: int) -> Any:
+        own = self.new_cache()
+        for index, layer in enumerate(self.cache.layers):
+            start = layer.keys.shape[2] - length
+            own.update(
+                layer.keys[row : row + 1, :, start:, :].clone(),
+                layer.values[row : row + 1, :, start:, :].clone(),
+                index,
+            )
+        return own
+
+
+def join_caches(torch: Any, dynamic_cache: Callable[[], Any], caches: list[Any]) -> tuple[Any, Any]:
+    """One batched cache from single-sequence caches, left-padded to the longest, and its attention
+    mask (padding 0)."""
     lengths = [cache.get_seq_length() for cache in caches]
     longest = max(lengths)
     joined = dynamic_cache()
@@ -132,24 +189,7 @@ def join_caches(torch: Any, dynamic_cache: Callable[[], Any], caches: list[Any])
             values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
         joined.update(torch.cat(keys), torch.cat(values), index)
     device = caches[0].layers[0].keys.device
-    mask = torch.zeros((len(caches), longest + 1), dtype=torch.long, device=device)
+    mask = torch.zeros((len(caches), longest), dtype=torch.long, device=device)
     for row, length in enumerate(lengths):
         mask[row, longest - length :] = 1
-    return joined, mask, lengths
-
-
-def split_cache(dynamic_cache: Callable[[], Any], joined: Any, lengths: list[int]) -> list[Any]:
-    """The batched cache after one step, back into one cache per sequence (its padding dropped)."""
-    longest = max(lengths)
-    caches = []
-    for row, length in enumerate(lengths):
-        own = dynamic_cache()
-        for index, layer in enumerate(joined.layers):
-            start = longest - length
-            own.update(
-                layer.keys[row : row + 1, :, start:, :].contiguous(),
-                layer.values[row : row + 1, :, start:, :].contiguous(),
-                index,
-            )
-        caches.append(own)
-    return caches
+    return joined, mask
