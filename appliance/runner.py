@@ -201,9 +201,13 @@ def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str
     return list(dict.fromkeys(names))
 
 
-def package_versions() -> dict[str, str]:
+RUN_PACKAGES = ("appliance", "llama-cpp-python", "duckdb", "pydantic", "typer", "numpy")
+
+
+def package_versions(packages: tuple[str, ...] = RUN_PACKAGES) -> dict[str, str]:
+    """Python's and `packages`' versions, as recorded with a run or a bench."""
     versions = {"python": platform.python_version()}
-    for package in ("appliance", "llama-cpp-python", "duckdb", "pydantic", "typer", "numpy"):
+    for package in packages:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

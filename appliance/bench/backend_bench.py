@@ -22,7 +22,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -37,6 +36,7 @@ from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.judging.panels import Panel
+from appliance.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family
 
 #: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
@@ -136,7 +136,7 @@ def run_backend_bench(
         plan=plan,
         machine=describe_machine(),
         device=device,
-        versions=_versions(),
+        versions=package_versions(("appliance", "torch", "transformers", "accelerate", "vllm", "llama-cpp-python")),
         decode=decode,
         prefill=prefill,
         e2e=e2e,
@@ -239,14 +239,22 @@ def _padded_batch(backend: Backend, prompts: list[str]) -> tuple[Any, Any, Any, 
     return torch, model, ids, mask
 
 
-def bare_generate_rate(backend: Backend, prompts: list[str], new_tokens: int) -> float | None:
-    """The transformers backend's own bare loop: one static `generate` over the left-padded batch."""
+def _timed_on_batch(backend: Backend, prompts: list[str], run: Callable[[Any, Any, Any], None]) -> float | None:
+    """Seconds `run(model, ids, mask)` takes on the prompts left-padded into one batch (None: no torch model)."""
     batch = _padded_batch(backend, prompts)
     if batch is None:
         return None
     torch, model, ids, mask = batch
     started = time.perf_counter()
     with torch.inference_mode():
+        run(model, ids, mask)
+    return time.perf_counter() - started
+
+
+def bare_generate_rate(backend: Backend, prompts: list[str], new_tokens: int) -> float | None:
+    """The transformers backend's own bare loop: one static `generate` over the left-padded batch."""
+
+    def generate(model: Any, ids: Any, mask: Any) -> None:
         model.generate(
             input_ids=ids,
             attention_mask=mask,
@@ -255,19 +263,16 @@ def bare_generate_rate(backend: Backend, prompts: list[str], new_tokens: int) ->
             do_sample=False,
             pad_token_id=0,
         )
-    return len(prompts) * new_tokens / (time.perf_counter() - started)
+
+    seconds = _timed_on_batch(backend, prompts, generate)
+    return None if seconds is None else len(prompts) * new_tokens / seconds
 
 
 def bare_forward_rate(backend: Backend, prompts: list[str]) -> float | None:
     """One forward pass over all prompts at once (left-padded): the bare prefill rate."""
-    batch = _padded_batch(backend, prompts)
-    if batch is None:
-        return None
-    torch, model, ids, mask = batch
-    started = time.perf_counter()
-    with torch.inference_mode():
-        model(input_ids=ids, attention_mask=mask)
-    return int(mask.sum()) / (time.perf_counter() - started)
+    seconds = _timed_on_batch(backend, prompts, lambda model, ids, mask: model(input_ids=ids, attention_mask=mask))
+    tokens = sum(backend.count_tokens(prompt) for prompt in prompts)
+    return None if seconds is None else tokens / seconds
 
 
 def describe_device(backend: Backend) -> dict[str, Any]:
@@ -303,16 +308,6 @@ def _weight_bytes(backend: Backend) -> int | None:
     if model is None or not hasattr(model, "parameters"):
         return None
     return int(sum(p.numel() * p.element_size() for p in model.parameters()))
-
-
-def _versions() -> dict[str, str]:
-    versions = {}
-    for package in ("appliance", "torch", "transformers", "accelerate", "vllm", "llama-cpp-python"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
 
 
 def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Path, Path]:
