@@ -8,6 +8,7 @@ from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.synthetic import SyntheticShape
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding
 from appliance.errors import ApplianceError
@@ -122,6 +123,7 @@ __all__ = [
     "SimulateBenchFamily",
     "StagedFamily",
     "Store",
+    "SyntheticShape",
     "TestScript",
     "YesNoTemplate",
     "ask_judge",
