@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -179,9 +180,14 @@ class Catalog(BaseModel):
     def resolve_path(self, spec: ModelSpec) -> Path:
         return locate_model_file(spec, self.source.parent)
 
-    def synthetic_among(self, names: list[str]) -> list[str]:
-        """Which of `names` are synthetic-weight models (refused for every role of a run)."""
-        return [name for name in names if name in self.models and self.models[name].synthetic is not None]
+    def refuse_synthetic(self, names: Iterable[str], what: str) -> None:
+        """Synthetic weights measure speed; they never play, judge or score (`what`: "a run", ...)."""
+        synthetic = [name for name in names if name in self.models and self.models[name].synthetic is not None]
+        if synthetic:
+            raise ApplianceError(
+                f"model '{synthetic[0]}' has synthetic (random) weights: it is for `appliance bench` only "
+                f"and cannot be used in {what}"
+            )
 
 
 def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:

@@ -15,7 +15,6 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.engine.synthetic import refuse_synthetic
 from appliance.episodes import EpisodeContext, derive_seed, pair_label
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
@@ -85,7 +84,7 @@ def rescore_run(
     backend_factory: BackendFactory = open_backend,
     on_episode: Callable[[int, int], None] | None = None,
 ) -> RescoreSummary:
-    refuse_synthetic(catalog.synthetic_among(list(panel.judges)), "a rescoring")
+    catalog.refuse_synthetic(panel.judges, "a rescoring")
     config = RunConfig(**store.run(run_id)["config"])
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:

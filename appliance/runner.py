@@ -12,7 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -23,7 +23,6 @@ from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.engine.synthetic import refuse_synthetic
 from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label, table_label
 from appliance.errors import ApplianceError
 from appliance.interrupts import RunInterrupted, StopRequest
@@ -178,8 +177,8 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
             seed = derive_seed(config.seed, instance.id)
             table = family.table(list(config.players), instance)
             if table:
-                episode = PlannedEpisode(run_id, "", family, instance, table[0], seed, table[1], table)
-                planned.append(replace(episode, episode_id=f"{run_id}:{family.name}:{instance.id}:{episode.label}"))
+                episode_id = f"{run_id}:{family.name}:{instance.id}:{table_label(table)}"
+                planned.append(PlannedEpisode(run_id, episode_id, family, instance, table[0], seed, table[1], table))
                 continue
             for player, partner in family.pairings(list(config.players), support, instance, config.cross_play):
                 episode_id = f"{run_id}:{family.name}:{instance.id}:{pair_label(player, partner)}"
@@ -190,6 +189,11 @@ def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]
 def episode_seed_key(scenario: str, instance_id: str, label: str) -> str:
     """An episode's identity across runs (its id without the run id): request seeds derive from it."""
     return f"{scenario}:{instance_id}:{label}"
+
+
+def role_models(config: RunConfig) -> list[str]:
+    """Every model the config names for a role: players, support roles and judges."""
+    return [*config.players, *support_role_models(config).values(), *config.panel.judges]
 
 
 def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
@@ -282,8 +286,7 @@ class Runner:
         Models are loaded before anything is written, so a model that fails to
         load leaves the store exactly as it was.
         """
-        roles = [*config.players, *support_role_models(config).values(), *config.panel.judges]
-        refuse_synthetic(self.catalog.synthetic_among(roles), "a run")
+        self.catalog.refuse_synthetic(role_models(config), "a run")
         started = time.perf_counter()
         run_id = resume or new_run_id()
         if resume is None:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.engine.synthetic import refuse_synthetic
 from appliance.episodes import EpisodeContext, derive_seed
 from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
@@ -80,7 +79,7 @@ def collect_verdicts(
     on_item: Callable[[int, int], None] | None = None,
 ) -> dict[VerdictKey, LabelVerdict]:
     """Verdicts of every judge on every item (and both orders for pairs), decoding only what is missing."""
-    refuse_synthetic(catalog.synthetic_among(list(panel.judges)), "a calibration")
+    catalog.refuse_synthetic(panel.judges, "a calibration")
     fingerprint = template.fingerprint()
     variant = _variant(label_set, criterion)
     verdicts = cached_label_verdicts(store, label_set.name, fingerprint, variant)

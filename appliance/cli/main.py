@@ -40,7 +40,7 @@ from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
 from appliance.judging.panels import get_panel  # noqa: E402
 from appliance.paths import judges_dir, project_root  # noqa: E402
-from appliance.runner import RunConfig, Runner, RunSummary, instances_for_run, support_role_models  # noqa: E402
+from appliance.runner import RunConfig, Runner, RunSummary, instances_for_run, role_models  # noqa: E402
 from appliance.scenarios import GenerateRequest, ScenarioReport, build_scenario_report, load_family  # noqa: E402
 from appliance.scenarios.registry import families as registered_families  # noqa: E402
 from appliance.scenarios.registry import family_entry  # noqa: E402
@@ -135,8 +135,7 @@ def run(
                 simulator=simulator or catalog.defaults.simulator,
                 turns=turns,
             )
-        roles = [*config.players, *support_role_models(config).values(), *config.panel.judges]
-        for name in roles:
+        for name in role_models(config):
             catalog.get(name)
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
         try:

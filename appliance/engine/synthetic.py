@@ -5,7 +5,7 @@ a 1B or 8B shape can be measured with nothing to download. Such a model has
 no tokenizer: text becomes our own byte-level token ids (each UTF-8 byte
 shifted past three special ids), which is all a throughput workload needs.
 It never produces an evaluation score: a run, a rescoring or a calibration
-refuses it for any role (`refuse_synthetic`).
+refuses it for any role (`Catalog.refuse_synthetic`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from appliance.errors import ApplianceError
 
 
 class SyntheticShape(BaseModel):
@@ -105,12 +103,3 @@ def build_synthetic_model(transformers: Any, torch: Any, shape: SyntheticShape, 
     )
     torch.manual_seed(seed)
     return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-
-
-def refuse_synthetic(synthetic_models: list[str], what: str) -> None:
-    """Synthetic weights measure speed; they never play, judge or score."""
-    if synthetic_models:
-        raise ApplianceError(
-            f"model '{synthetic_models[0]}' has synthetic (random) weights: it is for `appliance bench` only "
-            f"and cannot be used in {what}"
-        )

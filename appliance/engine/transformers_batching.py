@@ -109,6 +109,8 @@ def logits_processors(sampling: ResolvedSampling) -> Any:
 
 def choose_token(torch: Any, sequence: LiveSequence, logits: Any) -> int:
     """The next token from one row of logits: greedy at temperature 0, else drawn with the sequence's generator."""
+    if not sequence.processors:  # plain greedy: no token history to build on this hot path
+        return int(logits.argmax())
     seen = torch.tensor([sequence.prompt + sequence.generated], device=logits.device)
     scores = sequence.processors(seen, logits.float().unsqueeze(0))
     if sequence.sampling.temperature <= 0:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
-from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
-from appliance.scenarios.deepeval.family import DeepEvalFamily
 from appliance.scenarios.deepeval.payoffs import task_of
+from appliance.scenarios.deepeval.report import run_settings
+from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.store import Store
 from appliance.store.run_view import RunView
 
@@ -14,9 +14,8 @@ from appliance.store.run_view import RunView
 def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
     """One unit per episode (task repetition) and player; its payoff in each role it played."""
     run = RunView(store, run_id, scenario)
-    family = load_family(scenario, seed=int(run.config["seed"]))
-    assert isinstance(family, DeepEvalFamily)
-    specs = family.data.specs_for(len(run.config["players"]))
+    settings, _ = run_settings(run, scenario)
+    specs = task_specs(settings.public_goods, len(run.config["players"]))
     payoff_metrics = {(spec.id, payoff.metric): role for spec in specs for role, payoff in spec.payoffs.items()}
     values: dict[tuple[str, str], dict[str, float | None]] = {}
     for score in run.scores(panels=[RULE_SCORER, panel or run.panel]):
