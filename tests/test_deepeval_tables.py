@@ -20,6 +20,7 @@ from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.scenarios.deepeval.word_chain import rule_broken
 from appliance.store import Store
+from appliance.view import collect_contents
 from tests.test_deepeval_rules import DATA, IDIOMS, MODELS, REPO, WORDS, deepeval_config, scripted_models
 
 SETTINGS = DeepEvalSettings.load(DATA / "deepeval.toml")
@@ -142,3 +143,18 @@ def test_exclude_self_judging_scores_each_player_with_the_other_judges(tmp_path:
     ratings = {(row.model, row.role): row.extras for row in report.asymmetric if row.task == "code_review"}
     assert ratings[("smollm2-135m", "programmer")] == {"rating:programmer": 5.0}
     assert report.excluded_self_judging
+
+
+def test_the_headline_and_the_page_show_the_reports_payoffs(tmp_path: Path) -> None:
+    """Both orders of a pairing play the same instance: each episode is its own unit, and a metric's n
+    counts the episodes that carry it, as the report does."""
+    report = scripted_run(tmp_path, MODELS)
+    with Store.open(tmp_path / "db.duckdb", read_only=True) as store:
+        contents = collect_contents(store, [report.run_id], REPO / "judges", max_transcripts=0)
+    (board,) = contents.boards
+    shown = {(m.metric, row.label): (round(row.value or -1, 9), row.n) for m in board.metrics for row in m.rows}
+    rows = [*report.symmetric, *report.asymmetric]
+    assert rows and all(
+        shown[(f"{row.task}.{row.role}", row.model)] == (round(row.payoff.mean or -1, 9), row.payoff.n) for row in rows
+    )
+    assert shown[("public_goods_mode1.player", "smollm2-135m")] == (40.0, 2)  # both orders, not one

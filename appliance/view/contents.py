@@ -190,7 +190,10 @@ def _run_summary(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def _estimate(label: str, units: Sequence[Unit], statistic: Statistic, seed: int) -> Estimate:
-    value = statistic(units)
+    """The statistic over the units that carry it (a DeepEval unit has only its own task's payoff),
+    with a bootstrap interval over those units."""
+    units = [unit for unit in units if statistic([unit]) is not None]
+    value = statistic(units) if units else None
     if value is None or len(units) < 2:
         return Estimate(label, value, None, len(units))
     rng = np.random.default_rng(seed)

@@ -12,7 +12,9 @@ from appliance.store.run_view import RunView
 
 
 def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
-    """One unit per episode (task repetition) and player; its payoff in each role it played."""
+    """One unit per episode and player: its payoff in each role it played. Both orders of a pairing
+    play the same instance, so a unit's key is its episode without the run id (instance and pairing),
+    which pairs it with the same episode of another run."""
     run = RunView(store, run_id, scenario)
     settings, _ = run_settings(run, scenario)
     specs = task_specs(settings.public_goods, len(run.config["players"]))
@@ -22,8 +24,9 @@ def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | Non
         task = task_of(score.instance_id)
         role = payoff_metrics.get((task, score.metric))
         if role is not None:
-            values.setdefault((score.instance_id, score.player), {})[f"{task}.{role}"] = score.value
-    units = [Unit(key=instance, player=player, values=own) for (instance, player), own in values.items()]
+            episode = score.episode_id.split(":", 1)[1]  # "<run>:<family>:<instance>:<pairing>" less the run
+            values.setdefault((episode, score.player), {})[f"{task}.{role}"] = score.value
+    units = [Unit(key=episode, player=player, values=own) for (episode, player), own in values.items()]
     names = sorted({f"{task}.{role}" for (task, _), role in payoff_metrics.items()})
     return Headline(
         units=units,
