@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test chaos lint clean
+.PHONY: install browser run test chaos lint clean calibrations
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,24 @@ lint: install
 	$(BIN)/ruff check appliance tests
 	$(BIN)/ruff format --check appliance tests
 	$(BIN)/mypy
+
+# Regenerate the default panel's shipped calibrations (judges/calibrations/default/) from the human
+# labels in ../shared: FED turn level (Overall, which runs apply to PingPong, and Relevant), USR
+# Overall, DSTC9 overall (a seeded 120 dialogues). About 50 minutes on 2 cores; features are stored,
+# so a second criterion of the same set costs a minute.
+LABELS := ../shared/datasets/human_labels
+CALDB := out/calibrations.duckdb
+SHIP := --panel default --ship --db $(CALDB)
+calibrations: install
+	mkdir -p out
+	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db $(CALDB)
+	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db $(CALDB)
+	$(BIN)/appliance labels import $(LABELS)/dstc9_interactive --format dstc9 --db $(CALDB)
+	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
+	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
+	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)
+	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" \
+		--template dialogue_likelihood --limit 120 $(SHIP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

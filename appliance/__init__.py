@@ -4,15 +4,26 @@ Data flow: runner -> episodes -> scheduler -> backends -> store. The public
 API below is what scenario authors and scripts use; the CLI is built on it.
 """
 
+from appliance.calibration.features import FeatureCalibration, fit_feature_calibration
 from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.synthetic import SyntheticShape
-from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, Sampling
+from appliance.engine.types import (
+    Completion,
+    GenerationRequest,
+    Message,
+    ResolvedSampling,
+    Sampling,
+    ScoringRequest,
+    TokenScores,
+)
 from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
+from appliance.judging.scoring import scoring_features
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import (
     JudgeTemplate,
     LikertTemplate,
@@ -82,8 +93,10 @@ __all__ = [
     "DeepEvalReport",
     "EpisodeContext",
     "EpisodeFailed",
+    "ExpectedScoreTemplate",
     "Family",
     "FamilyEntry",
+    "FeatureCalibration",
     "Game",
     "GameTable",
     "GenerateRequest",
@@ -94,6 +107,7 @@ __all__ = [
     "JudgeTemplate",
     "JudgedFamily",
     "LabelSet",
+    "LikelihoodTemplate",
     "LikertTemplate",
     "LoadRequest",
     "Message",
@@ -116,6 +130,7 @@ __all__ = [
     "ScenarioFamily",
     "ScenarioReport",
     "Scheduler",
+    "ScoringRequest",
     "ScriptedBackend",
     "Seat",
     "SimulBenchFamily",
@@ -125,6 +140,7 @@ __all__ = [
     "Store",
     "SyntheticShape",
     "TestScript",
+    "TokenScores",
     "YesNoTemplate",
     "ask_judge",
     "bind_role",
@@ -137,6 +153,7 @@ __all__ = [
     "build_view",
     "family_entry",
     "family_names",
+    "fit_feature_calibration",
     "judge_pair",
     "load_catalog",
     "load_family",
@@ -147,4 +164,5 @@ __all__ = [
     "register_game",
     "rescore_run",
     "run_calibration",
+    "scoring_features",
 ]

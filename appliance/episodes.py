@@ -13,7 +13,15 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, Sampling
+from appliance.engine.types import (
+    Completion,
+    GenerationRequest,
+    Message,
+    ResolvedSampling,
+    Sampling,
+    ScoringRequest,
+    TokenScores,
+)
 from appliance.scheduler import Scheduler
 from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
 
@@ -78,6 +86,8 @@ class EpisodeContext:
     exclude_self_judging: bool = False
     #: facts the episode adds to its stored metadata (e.g. per-turn game scores)
     metadata: dict[str, object] = field(default_factory=dict)
+    #: a likelihood panel's template (judges/NAME.toml): its judges give features, not sampled verdicts
+    likelihood_template: str | None = None
     _request_count: int = 0
 
     def model_for(self, role: str) -> str:
@@ -127,6 +137,32 @@ class EpisodeContext:
         if record:
             self.record_message(role, target, completion)
         return completion
+
+    async def score(
+        self,
+        role: str,
+        prompt: str,
+        *,
+        continuation: str = "",
+        choices: tuple[str, ...] = (),
+        model: str | None = None,
+        conversation: str | None = None,
+    ) -> TokenScores:
+        """Log-probabilities from the model bound to `role` (or `model`): prefill only, nothing recorded.
+
+        `prompt` is raw text (control tokens parsed), so a likelihood judge sees exactly its template.
+        A prompt that does not fit, or a choice that is not one token, fails the episode.
+        """
+        target = self.roles[f"{role}:{model}" if model is not None else role].model
+        request = GenerationRequest(
+            prompt=prompt,
+            scoring=ScoringRequest(continuation=continuation, choices=choices),
+            conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
+        )
+        completion = await self.scheduler.generate(target, request)
+        if completion.scores is None:
+            raise EpisodeFailed(completion.error or f"model '{target}' returned no scores")
+        return completion.scores
 
     def record_note(self, speaker: str, text: str) -> None:
         """A message no model wrote (e.g. a game master's prompt), so the transcript shows both sides."""

@@ -107,6 +107,7 @@ def rescore_run(
                 roles=episode_roles(catalog, episode.player, episode.partner, {}, panel.judges),
                 messages=list(episode.messages),
                 exclude_self_judging=config.exclude_self_judging,
+                likelihood_template=panel.likelihood_template_or_none,
                 seed_key=episode_seed_key(
                     episode.family.name, episode.instance.id, pair_label(episode.player, episode.partner)
                 ),

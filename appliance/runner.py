@@ -298,6 +298,11 @@ class Runner:
                     "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
                 }
             )
+        else:  # a resumed run keeps what it chose when it started, whatever the caller's config says
+            stored = RunConfig(**self.store.run(resume)["config"])
+            config = config.model_copy(
+                update={"calibrations": stored.calibrations, "family_settings": stored.family_settings}
+            )
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
         check_support_roles(config, [stage for phase in phases for stage in phase])
@@ -416,6 +421,7 @@ class Runner:
             ),
             table=planned.table,
             exclude_self_judging=config.exclude_self_judging,
+            likelihood_template=config.panel.likelihood_template_or_none,
             force_greedy=config.greedy,
             max_turns=turns_for(config, planned.family),
             seed_key=episode_seed_key(planned.family.name, planned.instance.id, planned.label),

@@ -133,7 +133,8 @@ def test_report_shows_the_good_judge_the_useless_judge_and_the_baselines(tmp_pat
     assert low <= 1.0 <= high + 1e-9
     assert useless["spearman"]["value"] is None  # a constant judge has no rank correlation, not 0
     weights = report["model"]["weights"]
-    assert weights["smollm2-135m"] > 0.99  # the useless judge is weighted out
+    # Weights come from cross-fitted errors: the useless judge keeps a sliver, the good one nearly all.
+    assert weights["smollm2-135m"] > 0.95 and weights["gemma3-270m"] < 0.05
     assert report["panel_calibrated"]["mae"]["value"] < report["panel_mean"]["mae"]["value"]
     for key in ("spearman", "kendall", "pearson", "krippendorff_alpha", "mae"):
         for row in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline"):

@@ -288,6 +288,17 @@ def test_calibrate_a_small_fed_sample_with_the_real_judge(tmp_path: Path) -> Non
     assert json.loads(again.stdout)["model"] == report["model"]
     with duckdb.connect(db, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM label_judgments").fetchone() == (8,)
+    # The same items read by the likelihood template: features stored with each verdict, one row per item.
+    likelihood = cli("calibrate", *args, "--template", "turn_likelihood", "--plot", str(plot), "--json")
+    assert likelihood.returncode == 0, likelihood.stderr[-3000:]
+    assert json.loads(likelihood.stdout)["model"]["kind"] == "features"
+    with duckdb.connect(db, read_only=True) as con:
+        stored = con.execute("SELECT features FROM label_judgments WHERE template = 'turn_likelihood'").fetchall()
+    assert len(stored) == 8
+    for (features,) in stored:
+        values = json.loads(features)
+        assert {"logprob", "prior", "pmi", "tokens", "followup", "followup_gain"} <= set(values)
+        assert values["logprob"] < 0.0 and values["prior"] < 0.0 and values["tokens"] >= 1.0
 
 
 @pytest.mark.real_model
@@ -390,3 +401,36 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
     metrics = json.loads(compared.stdout)["metrics"]
     assert {m["metric"] for m in metrics} == {"final", "ln_score", "refusal_ratio"}
     assert all(m["delta"] in (0.0, None) and not m["regression"] for m in metrics)
+
+
+@pytest.mark.real_model
+def test_the_default_panel_reads_probabilities_and_prints_calibrated_scores_that_vary(tmp_path: Path) -> None:
+    db = str(tmp_path / "default.duckdb")
+    args = ["--scenario", "pingpong", "--limit", "2", "--turns", "1", "--seed", "4", "--db", db]
+    result = cli("run", *args, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (board,) = json.loads(result.stdout)["leaderboards"]
+    calibration = board["calibration"]
+    assert (calibration["label_set"], calibration["criterion"]) == ("fed-turn", "Overall")
+    assert calibration["calibration_id"] in {
+        json.loads(path.read_text())["calibration_id"]
+        for path in (REPO / "judges" / "calibrations" / "default").glob("turn_likelihood__fed-turn__Overall.json")
+    }
+    with duckdb.connect(db, read_only=True) as con:
+        modes = {row[0] for row in con.execute("SELECT DISTINCT mode FROM judgments").fetchall()}
+        calibrated = [
+            row[0]
+            for row in con.execute(
+                "SELECT calibrated_value FROM scores WHERE metric = 'final' ORDER BY episode_id"
+            ).fetchall()
+        ]
+        features = con.execute(
+            "SELECT criterion, min(score), max(score) FROM judgments GROUP BY criterion ORDER BY criterion"
+        ).fetchall()
+    assert modes == {"likelihood"}
+    assert len(calibrated) == 4 and all(value is not None and 0.0 <= value <= 4.0 for value in calibrated)
+    assert len(set(calibrated)) == 4  # four conversations, four different calibrated scores
+    by_name = {name: (low, high) for name, low, high in features}
+    assert by_name["logprob"][1] < 0.0 and by_name["tokens"][0] >= 1.0
+    printed = cli("report", board["run_id"], "--db", db)
+    assert "fed-turn" in printed.stdout and "Overall" in printed.stdout

@@ -45,6 +45,10 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "challenging_turn": "yesno",
         "simulbench_rating": "rating",
         "deepeval_role_rating": "rating",
+        "turn_likelihood": "likelihood",
+        "dialogue_likelihood": "likelihood",
+        "instruction_likelihood": "likelihood",
+        "turn_expected": "expected",
     }
 
 

@@ -112,3 +112,25 @@ def test_both_backends_count_tokens_with_the_models_tokenizer(hf_backend: Backen
     counts = [(hf_backend.count_tokens(text), smollm2.count_tokens(text)) for text in texts]
     assert all(hf == llama for hf, llama in counts), counts
     assert counts[0][0] > 5 and counts[-1][0] == 0
+
+
+def test_scoring_requests_read_the_same_text_as_llama_cpp_and_do_not_depend_on_the_batch(
+    hf_backend: Backend, smollm2: LlamaCppBackend
+) -> None:
+    """Float32 weights against Q4_1: the log-probabilities are close, not equal; batching changes nothing."""
+    from appliance.engine.types import ScoringRequest
+
+    requests = [
+        GenerationRequest(prompt="User: Hi there!\nSystem:", scoring=ScoringRequest(continuation=text, choices=("1",)))
+        for text in (" Hello, how are you?", " Banana truck sky.")
+    ]
+    together = _drain(hf_backend, requests)
+    alone = [_drain(hf_backend, [request])[0] for request in requests]
+    reference = _drain(smollm2, requests)
+    assert [c.scores for c in together] == [c.scores for c in alone]
+    for ours, theirs in zip(together, reference, strict=True):
+        assert ours.scores is not None and theirs.scores is not None
+        assert len(ours.scores.token_logprobs) == len(theirs.scores.token_logprobs)
+        assert abs(ours.scores.mean - theirs.scores.mean) < 0.5, (ours.scores.mean, theirs.scores.mean)
+    fluent, nonsense = (c.scores.mean for c in together if c.scores is not None)
+    assert fluent > nonsense  # the model finds the greeting likelier than the word salad

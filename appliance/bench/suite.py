@@ -25,10 +25,14 @@ from appliance.bench.decode import DecodePoint, RawConfig, bench_prompts, decode
 from appliance.bench.e2e import EndToEndResult, end_to_end
 from appliance.bench.machine import describe_machine
 from appliance.bench.memory import MemoryResult
+from appliance.bench.scoring import ScoringBench, scoring_bench
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel
 from appliance.judging.panels import Panel
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
+from appliance.judging.templates import load_judge_template
+from appliance.paths import judges_dir
 from appliance.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family
 
@@ -41,6 +45,8 @@ RAW_CONTEXT = 256
 
 class BenchPlan(BaseModel):
     model: str = "smollm2-135m"
+    #: likelihood-judged items in the scoring workload (each: the template's follow-ups, conditional, prior)
+    scoring_items: int = 48
     sequences: list[int] = [1, 4, 16, 32, 64]
     new_tokens: int = 64
     conversations: int = 16
@@ -63,6 +69,7 @@ class BenchPlan(BaseModel):
             memory_turns=2,
             memory_budget_mb=256,
             repeats=1,
+            scoring_items=12,
         )
 
 
@@ -87,6 +94,7 @@ class BenchReport(BaseModel):
     transcripts_identical: bool
     memory: MemoryResult
     peak_rss_mb: float
+    scoring: ScoringBench | None = None
     targets: dict[str, dict[str, Any]]
     wall_s: float
 
@@ -105,6 +113,7 @@ def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str
         f"  peak RSS {memory.peak_rss_mb:.0f} MB, peak KV {memory.peak_kv_cells} cells ({memory.peak_kv_mb:.0f} MB), "
         f"{memory.slots} slots"
     )
+    scoring = _scoring(catalog, plan, say)
     ratios = {str(point.sequences): round(point.ratio, 4) for point in points}
     fast = {str(p.sequences): round(p.ratio_fast, 4) for p in points if p.ratio_fast is not None}
     exact_cost = {
@@ -132,6 +141,7 @@ def run_bench(catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str
         transcripts_identical=e2e.transcripts_identical,
         memory=memory,
         peak_rss_mb=memory.peak_rss_mb,
+        scoring=scoring,
         targets=_targets(fast, e2e, memory, plan),
         wall_s=time.perf_counter() - started,
     )
@@ -195,6 +205,26 @@ def _decode_points(
             f"exact/raw {point.ratio:.2f}, fast/raw {point.ratio_fast or 0:.2f}"
         )
     return points
+
+
+def _scoring(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> ScoringBench:
+    spec = catalog.get(plan.model)
+    template = load_judge_template(judges_dir() / "turn_likelihood.toml")
+    assert isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
+    say(f"scoring: {plan.scoring_items} items judged by likelihood ({template.name}), engine vs raw prefill loop")
+    backend = LlamaCppBackend(
+        catalog.resolve_path(spec), name=spec.name, context_length=1024, slots=32, threads=spec.threads
+    )
+    try:
+        result = scoring_bench(backend, template, plan.scoring_items, plan.seed)
+    finally:
+        backend.close()
+    say(
+        f"  engine {result.engine_s:.1f} s ({result.computed_tokens} of {result.request_tokens} tokens computed), "
+        f"raw prefill {result.raw_s:.1f} s ({result.raw_tokens_per_s:.0f} tok/s), ideal {result.ideal_s:.1f} s; "
+        f"speedup {result.speedup:.2f}x"
+    )
+    return result
 
 
 def _pingpong_end_to_end(catalog: Catalog, panel: Panel, plan: BenchPlan, say: Callable[[str], None]) -> EndToEndResult:
@@ -308,6 +338,7 @@ def render_markdown(report: BenchReport) -> str:
         f"Speedup {e2e.speedup:.2f}x. Transcripts and verdicts identical at temperature 0: "
         f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
         "",
+        *_scoring_lines(report.scoring),
         f"## Memory: {report.memory.conversations} live conversations x {report.memory.turns} turns",
         "",
         f"KV budget {report.memory.kv_budget_mb} MB -> {report.memory.slots} slots of {report.memory.context_length} "
@@ -325,3 +356,23 @@ def render_markdown(report: BenchReport) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _scoring_lines(scoring: ScoringBench | None) -> list[str]:
+    if scoring is None:
+        return []
+    return [
+        f"## Scoring: {scoring.items} items judged by likelihood ({scoring.requests} prefill-only requests)",
+        "",
+        "| arm | wall s | tokens computed | tokens/s |",
+        "| --- | ---: | ---: | ---: |",
+        f"| engine (shared prefixes) | {scoring.engine_s:.1f} | {scoring.computed_tokens} | "
+        f"{scoring.computed_tokens / scoring.engine_s:.0f} |",
+        f"| raw batched prefill loop | {scoring.raw_s:.1f} | {scoring.request_tokens} | "
+        f"{scoring.raw_tokens_per_s:.0f} |",
+        f"| ideal (engine's tokens at the raw rate) | {scoring.ideal_s:.1f} | {scoring.computed_tokens} | - |",
+        "",
+        f"Speedup over the raw loop {scoring.speedup:.2f}x; {scoring.items_per_minute:.1f} items per minute for this "
+        "judge.",
+        "",
+    ]

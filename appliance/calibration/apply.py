@@ -1,38 +1,119 @@
-"""Applying a stored calibration to the verdicts of a run.
+"""Applying a calibration to the verdicts of a run.
 
 A calibration maps each judge's summary score on one template (e.g. the
-mean of the PingPong Likert criteria) to a human scale. A family names the
-template its judges use and the metric that carries the calibrated value;
-the calibrated episode value is the mean over judged targets (turns) of the
-calibrated panel value, stored beside the raw one with the calibration id.
+mean of the PingPong Likert criteria), or a likelihood judge's features, to
+a human scale. A family names the template its judges use and the metric
+that carries the calibrated value; the calibrated episode value is the mean
+over judged targets (turns) of the calibrated panel value, stored beside the
+raw one with the calibration id.
+
+Which calibration: the newest one in the store for the panel, its judges,
+the template and the template's current fingerprint (and the label set and
+criterion the family asks for); else the one shipped in
+judges/calibrations/ for that panel and template (copied into the store so
+the run can name it). A calibration fitted for another version of the
+template is never applied: `stale_calibrations` names it for the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from statistics import mean
 
 import numpy as np
 
+from appliance.calibration.features import FeatureCalibration
 from appliance.calibration.models import RatingCalibration, calibration_from_json
+from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.judging.panels import Panel
-from appliance.judging.templates import REFUSAL
+from appliance.judging.templates import REFUSAL, load_conversation_template, load_judge_template
+from appliance.paths import judges_dir
 from appliance.scenarios.base import Family, JudgedFamily, ScenarioFamily
 from appliance.store import JudgmentRecord, ScoreRecord, Store
-from appliance.store.labels import latest_calibration
+from appliance.store.labels import newest_calibrations, store_if_missing
 from appliance.store.records import CalibrationRecord
+from appliance.tomlfile import read_toml
 
 
-def pick_calibrations(store: Store, panel: Panel, families: Sequence[Family]) -> dict[str, CalibrationRecord]:
-    """The newest rating calibration of this panel for the judge template of each family's calibrated stage."""
+def calibrated_template(stage: JudgedFamily, panel: Panel) -> str | None:
+    """The template whose verdicts the stage's calibration maps: the panel's own for a likelihood panel."""
+    if panel.judging == "likelihood":
+        return panel.likelihood_template if stage.scores_likelihood else None
+    return stage.judge_template
+
+
+def pick_calibrations(
+    store: Store, panel: Panel, families: Sequence[Family], judges_folder: Path | None = None
+) -> dict[str, CalibrationRecord]:
+    """Per calibrated stage, the calibration its verdicts get (see the module docstring)."""
+    folder = judges_folder or judges_dir()
     picked: dict[str, CalibrationRecord] = {}
     for stage in (stage for family in families for stage in family.stages()):
-        if not isinstance(stage, JudgedFamily) or not stage.judge_template or not stage.calibrated_metric:
+        if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
             continue
-        record = latest_calibration(store, panel.name, stage.judge_template, list(panel.judges))
-        if record is not None and record.model.get("kind") == "rating":
+        template = calibrated_template(stage, panel)
+        if template is None:
+            continue
+        fingerprint = template_fingerprint(folder, template)
+        target = stage.calibration_target if panel.judging == "likelihood" else None
+        candidates = [
+            *newest_calibrations(store, panel.name, template, list(panel.judges)),
+            *shipped_calibrations(folder, panel, template),
+        ]
+        for record in candidates:
+            if record.model.get("kind") not in ("rating", "features"):
+                continue
+            if record.model.get("template_fingerprint", fingerprint) != fingerprint:
+                continue
+            if target is not None and (record.label_set, record.criterion) != target:
+                continue
+            store_if_missing(store, record)
             picked[stage.name] = record
+            break
     return picked
+
+
+def unapplied_calibrations(
+    store: Store, panel: Panel, families: Sequence[Family], judges_folder: Path | None = None
+) -> dict[str, list[str]]:
+    """Per template whose families got no calibration, the calibrations fitted for another version of it."""
+    picked = pick_calibrations(store, panel, families, judges_folder)
+    templates = {
+        template
+        for stage in (stage for family in families for stage in family.stages())
+        if isinstance(stage, JudgedFamily) and stage.calibrated_metric and stage.name not in picked
+        if (template := calibrated_template(stage, panel)) is not None
+    }
+    found = {t: stale_calibrations(store, panel, t, judges_folder) for t in sorted(templates)}
+    return {template: ids for template, ids in found.items() if ids}
+
+
+def template_fingerprint(folder: Path, template: str) -> str | None:
+    path = folder / f"{template}.toml"
+    if not path.is_file():
+        return None
+    if read_toml(path, "judge template").get("mode") == "conversation":
+        return load_conversation_template(path).fingerprint()
+    return load_judge_template(path).fingerprint()
+
+
+def shipped_calibrations(folder: Path, panel: Panel, template: str) -> list[CalibrationRecord]:
+    """Calibrations committed under judges/calibrations/<panel>/ for this template and the panel's judges."""
+    records = []
+    for path in sorted((folder / SHIPPED_FOLDER / panel.name).glob(f"{template}__*.json")):
+        record = CalibrationRecord.model_validate_json(path.read_text())
+        if sorted(record.judges) == sorted(panel.judges):
+            records.append(record)
+    return records
+
+
+def stale_calibrations(store: Store, panel: Panel, template: str, folder: Path | None = None) -> list[str]:
+    """Calibrations of this panel and template fitted for another version of the template (not applied)."""
+    fingerprint = template_fingerprint(folder or judges_dir(), template)
+    found = [*newest_calibrations(store, panel.name, template, list(panel.judges))]
+    found += shipped_calibrations(folder or judges_dir(), panel, template)
+    return sorted({r.calibration_id for r in found if r.model.get("template_fingerprint") not in (None, fingerprint)})
 
 
 def calibrated_scores(
@@ -63,16 +144,43 @@ def judge_summaries(judgments: Sequence[JudgmentRecord], template: str) -> dict[
     return summaries
 
 
+def judge_features(judgments: Sequence[JudgmentRecord], template: str) -> dict[int, dict[str, dict[str, float]]]:
+    """Per target, each likelihood judge's features (one judgment row per feature)."""
+    found: dict[int, dict[str, dict[str, float]]] = {}
+    for judgment in judgments:
+        if judgment.template == template and judgment.parsed and judgment.score is not None:
+            found.setdefault(judgment.target_idx, {}).setdefault(judgment.judge, {})[judgment.criterion] = (
+                judgment.score
+            )
+    return found
+
+
+def _target_predictions(
+    calibration: RatingCalibration | FeatureCalibration, judgments: Sequence[JudgmentRecord], template: str
+) -> list[float]:
+    """The calibrated panel value of every judged target."""
+    predicted: list[float] = []
+    if isinstance(calibration, FeatureCalibration):
+        for by_judge in judge_features(judgments, template).values():
+            columns = {
+                judge: {name: np.asarray([features.get(name, np.nan)]) for name in calibration.judges[judge].features}
+                for judge, features in by_judge.items()
+                if judge in calibration.judges
+            }
+            if columns:
+                predicted.append(float(calibration.predict(columns)[0]))
+    else:
+        for summaries in judge_summaries(judgments, template).values():
+            predicted.append(float(calibration.predict({j: np.asarray([v]) for j, v in summaries.items()})[0]))
+    return [value for value in predicted if np.isfinite(value)]
+
+
 def apply_calibration(
     scores: list[ScoreRecord], judgments: Sequence[JudgmentRecord], record: CalibrationRecord, metric: str
 ) -> list[ScoreRecord]:
     calibration = calibration_from_json(record.model)
-    assert isinstance(calibration, RatingCalibration)
-    per_target = []
-    for by_judge in judge_summaries(judgments, record.template).values():
-        predicted = calibration.predict({judge: np.asarray([value]) for judge, value in by_judge.items()})[0]
-        if np.isfinite(predicted):
-            per_target.append(float(predicted))
+    assert isinstance(calibration, RatingCalibration | FeatureCalibration)
+    per_target = _target_predictions(calibration, judgments, record.template)
     if not per_target:
         return scores
     value = mean(per_target)

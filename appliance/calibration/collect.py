@@ -10,13 +10,17 @@ costs no decoding.
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from collections.abc import Callable
 
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, derive_seed
+from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed
 from appliance.judging.panels import Panel
+from appliance.judging.scoring import scoring_features
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
@@ -41,6 +45,9 @@ def item_variables(label_set: LabelSet, item: LabelItem, criterion: str, templat
     """
     texts = item.texts
     help_text = template.criterion_help.get(criterion, "") if isinstance(template, RatingTemplate) else ""
+    if label_set.kind == "pairwise":
+        instruction = texts.get("instruction", "")
+        texts = {**texts, "context": instruction + (f"\n{texts['input']}" if texts.get("input") else "")}
     variables = {
         "criterion": criterion,
         "criterion_help": help_text or f"the {criterion.lower()} of the response",
@@ -60,8 +67,16 @@ def item_variables(label_set: LabelSet, item: LabelItem, criterion: str, templat
     return variables
 
 
-def _variant(label_set: LabelSet, criterion: str) -> str:
+def _variant(label_set: LabelSet, criterion: str, template: JudgeTemplate) -> str:
+    """What a stored verdict depends on besides the item and template: likelihood features on nothing."""
+    if isinstance(template, LikelihoodTemplate):
+        return "features"
     return "preference" if label_set.kind == "pairwise" else criterion
+
+
+def _orders(template: JudgeTemplate) -> tuple[bool, ...]:
+    """Sampled pairwise verdicts are asked in both orders; feature differences cannot depend on order."""
+    return (False, True) if isinstance(template, PairwiseTemplate) else (False,)
 
 
 def collect_verdicts(
@@ -81,9 +96,9 @@ def collect_verdicts(
     """Verdicts of every judge on every item (and both orders for pairs), decoding only what is missing."""
     catalog.refuse_synthetic(panel.judges, "a calibration")
     fingerprint = template.fingerprint()
-    variant = _variant(label_set, criterion)
+    variant = _variant(label_set, criterion, template)
     verdicts = cached_label_verdicts(store, label_set.name, fingerprint, variant)
-    orders = (False, True) if isinstance(template, PairwiseTemplate) else (False,)
+    orders = _orders(template)
     todo: dict[str, list[tuple[str, bool]]] = {}
     for item in items:
         missing = [(j, o) for j in panel.judges for o in orders if (item.item_id, j, o) not in verdicts]
@@ -133,7 +148,7 @@ async def _rate_items(
     scheduler = Scheduler(backends)
     limiter = asyncio.Semaphore(parallel)
     roles = {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in backends}
-    variant = _variant(label_set, criterion)
+    variant = _variant(label_set, criterion, template)
     results: dict[VerdictKey, LabelVerdict] = {}
     done = 0
 
@@ -147,29 +162,12 @@ async def _rate_items(
                 roles=roles,
             )
             variables = item_variables(label_set, item, criterion, template)
-            replies = await asyncio.gather(
-                *(
-                    judge_replies(ctx, template, _shown(variables, swapped), judge, f"{judge}-{int(swapped)}")
-                    for judge, swapped in requests
+            if isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate):
+                verdicts = await asyncio.gather(
+                    *(_feature_verdict(ctx, template, variables, judge, item.item_id, variant) for judge, _ in requests)
                 )
-            )
-        verdicts = []
-        for (judge, swapped), texts in zip(requests, replies, strict=True):
-            parsed = template.parse_samples(texts)
-            score = None if parsed is None else template.summary_score(parsed)
-            if swapped and score is not None:
-                score = -score  # stored from the point of view of the first response (response_a)
-            verdicts.append(
-                LabelVerdict(
-                    item_id=item.item_id,
-                    judge=judge,
-                    variant=variant,
-                    order_swapped=swapped,
-                    score=score,
-                    raw_text="\n".join(texts),
-                    parsed=parsed is not None,
-                )
-            )
+            else:
+                verdicts = await _sampled_verdicts(ctx, template, variables, requests, item.item_id, variant)
         write_label_verdicts(store, label_set.name, template.name, template.fingerprint(), verdicts)
         store.release()  # held only while writing, as a run does
         results.update({(v.item_id, v.judge, v.order_swapped): v for v in verdicts})
@@ -181,6 +179,79 @@ async def _rate_items(
     await scheduler.drive(gathered)
     await gathered
     return results
+
+
+async def _feature_verdict(
+    ctx: EpisodeContext,
+    template: LikelihoodTemplate | ExpectedScoreTemplate,
+    variables: dict[str, str],
+    judge: str,
+    item_id: str,
+    variant: str,
+) -> LabelVerdict:
+    """One judge's features of an item (a pair: the first response's minus the second's)."""
+    try:
+        if "response_a" in variables:
+            first, second = await asyncio.gather(
+                *(
+                    scoring_features(ctx, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}")
+                    for key in ("response_a", "response_b")
+                )
+            )
+            features = pair_features(first, second)
+        else:
+            features = await scoring_features(ctx, template, variables, judge, judge)
+    except EpisodeFailed as error:  # the item does not fit this judge's context: no features
+        return LabelVerdict(
+            item_id=item_id, judge=judge, variant=variant, score=None, raw_text=str(error), parsed=False
+        )
+    finite = {name: value for name, value in features.items() if math.isfinite(value)}
+    summary = finite.get(template.summary)
+    return LabelVerdict(
+        item_id=item_id,
+        judge=judge,
+        variant=variant,
+        score=summary,
+        raw_text=json.dumps(finite),
+        parsed=summary is not None,
+        features=finite,
+    )
+
+
+async def _sampled_verdicts(
+    ctx: EpisodeContext,
+    template: JudgeTemplate,
+    variables: dict[str, str],
+    requests: list[tuple[str, bool]],
+    item_id: str,
+    variant: str,
+) -> list[LabelVerdict]:
+    """Every requested judge and order's sampled verdict, parsed to one summary score."""
+    assert not isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
+    replies = await asyncio.gather(
+        *(
+            judge_replies(ctx, template, _shown(variables, swapped), judge, f"{judge}-{int(swapped)}")
+            for judge, swapped in requests
+        )
+    )
+    verdicts = []
+    for (judge, swapped), texts in zip(requests, replies, strict=True):
+        parsed = template.parse_samples(texts)
+        score = None if parsed is None else template.summary_score(parsed)
+        if swapped and score is not None:
+            score = -score  # stored from the point of view of the first response (response_a)
+        verdicts.append(
+            LabelVerdict(
+                item_id=item_id,
+                judge=judge,
+                variant=variant,
+                order_swapped=swapped,
+                score=score,
+                raw_text="\n".join(texts),
+                parsed=parsed is not None,
+            )
+        )
+    return verdicts
 
 
 def _shown(variables: dict[str, str], swapped: bool) -> dict[str, str]:

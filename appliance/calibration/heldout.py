@@ -7,9 +7,18 @@ Rows reported:
 - `panel_calibrated`: the fitted calibration;
 - `human_ceiling`: each annotator against the mean (pairwise: majority) of
   the others, averaged over annotators: what agreement humans reach;
-- `length_baseline`: response length alone, isotonic-mapped on the fitting
-  part (pairwise: the longer response wins).
-Intervals resample held-out items.
+- `length_baseline`: response length alone, monotone-mapped on the fitting
+  part (pairwise: the longer response wins);
+- probability-reading judges (`FeatureCalibration`): each judge's summary
+  feature as its raw row, its ridge model as `calibrated`, and under
+  `features` every feature alone, monotone-mapped on the fitting part (its
+  direction, too, is taken from the fitting part).
+
+Like for like with the ceiling: every rating row also carries
+`spearman_like_for_like`, the row's Spearman against the mean of all
+annotators but one, averaged over the annotator left out, which is exactly
+how the ceiling's annotator is compared. Intervals resample held-out items,
+items that share a context together.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.isotonic import fit_isotonic
 from appliance.calibration.metrics import (
     agreement,
@@ -55,11 +65,37 @@ def pairwise_metrics(predicted: np.ndarray, human: np.ndarray) -> dict[str, floa
     return {"kappa": cohen_kappa(x, y), "agreement": agreement(x, y)}
 
 
+def like_for_like(predicted: np.ndarray, table: ItemTable) -> float | None:
+    """Spearman against the mean of all annotators but one, averaged over the one left out."""
+    values = []
+    for rest in table.others_means().values():
+        present = np.isfinite(predicted) & np.isfinite(rest)
+        value = spearman(predicted[present], rest[present])
+        if value is not None:
+            values.append(value)
+    return float(np.mean(values)) if values else None
+
+
+def monotone_map(values: np.ndarray, human: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """An isotonic map fitted on (values, human) in the direction the fitting part shows."""
+    present = np.isfinite(values) & np.isfinite(human)
+    direction = 1.0 if (spearman(values[present], human[present]) or 0.0) >= 0 else -1.0
+    mapping = fit_isotonic(direction * values[present], human[present])
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        mapped = np.interp(direction * x, mapping.xs, mapping.ys)
+        return np.where(np.isfinite(x), mapped, np.nan)
+
+    return predict
+
+
 def _with_intervals(
     table: ItemTable, compute: Callable[[ItemTable], dict[str, float | None]], seed: int, resamples: int
 ) -> Row:
     values = compute(table)
-    intervals = bootstrap_metrics(lambda rows: compute(table.take(rows)), len(table), seed=seed, resamples=resamples)
+    intervals = bootstrap_metrics(
+        lambda rows: compute(table.take(rows)), len(table), seed=seed, resamples=resamples, clusters=table.clusters
+    )
     row: Row = {
         name: {"value": value, "ci": None if intervals.get(name) is None else list(intervals[name])}  # type: ignore[arg-type]
         for name, value in values.items()
@@ -69,6 +105,58 @@ def _with_intervals(
 
 def _count(predicted: np.ndarray, human: np.ndarray) -> int:
     return int(np.count_nonzero(np.isfinite(predicted) & np.isfinite(human)))
+
+
+def _rating_scorer(held: ItemTable, seed: int, resamples: int) -> Callable[[Predictor], Row]:
+    def scored(predict: Predictor) -> Row:
+        def compute(table: ItemTable) -> dict[str, float | None]:
+            predicted = predict(table)
+            return rating_metrics(predicted, table.human) | {"spearman_like_for_like": like_for_like(predicted, table)}
+
+        row = _with_intervals(held, compute, seed, resamples)
+        row["n"] = _count(predict(held), held.human)
+        return row
+
+    return scored
+
+
+def feature_report(
+    fit: ItemTable, held: ItemTable, calibration: FeatureCalibration, *, seed: int, resamples: int
+) -> Row:
+    """The held-out report of a probability-reading panel (see the module docstring for the rows)."""
+    scored = _rating_scorer(held, seed, resamples)
+    summaries = {j: fit.judges[j] for j in fit.judges}
+
+    def standardised_mean(table: ItemTable) -> np.ndarray:
+        columns = []
+        for judge, values in summaries.items():
+            center, spread = np.nanmean(values), np.nanstd(values) or 1.0
+            columns.append((table.judges[judge] - center) / spread)
+        with np.errstate(invalid="ignore"):
+            return np.nanmean(np.vstack(columns), axis=0) if columns else np.full(len(table), np.nan)
+
+    judges: Row = {}
+    features: Row = {}
+    for judge in held.judges:
+        judges[judge] = scored(lambda t, f=monotone_map(fit.judges[judge], fit.human), j=judge: f(t.judges[j]))  # type: ignore[misc]
+        if judge in calibration.judges:
+            judges[judge]["calibrated"] = scored(
+                lambda t, j=judge: calibration.judge_prediction(j, t.features[j])  # type: ignore[misc]
+            )
+        features[judge] = {
+            name: scored(lambda t, f=monotone_map(column, fit.human), j=judge, n=name: f(t.features[j][n]))  # type: ignore[misc]
+            for name, column in sorted(fit.features.get(judge, {}).items())
+        }
+    mean_map = monotone_map(standardised_mean(fit), fit.human)
+    length_map = monotone_map(fit.length, fit.human)
+    return {
+        "judges": judges,
+        "features": features,
+        "panel_mean": scored(lambda t: mean_map(standardised_mean(t))),
+        "panel_calibrated": scored(lambda t: calibration.predict(t.features)),
+        "human_ceiling": _rating_ceiling(held, seed, resamples),
+        "length_baseline": scored(lambda t: length_map(t.length)),
+    }
 
 
 def rating_report(
@@ -81,10 +169,7 @@ def rating_report(
     seed: int,
     resamples: int = 1000,
 ) -> Row:
-    def scored(predict: Predictor) -> Row:
-        row = _with_intervals(held, lambda t: rating_metrics(predict(t), t.human), seed, resamples)
-        row["n"] = _count(predict(held), held.human)
-        return row
+    scored = _rating_scorer(held, seed, resamples)
 
     def rescaled(table: ItemTable, judge: str) -> np.ndarray:
         return rescale(table.judges[judge], judge_scale, human_scale)
@@ -103,27 +188,24 @@ def rating_report(
             judges[judge]["calibrated"] = scored(
                 lambda t, j=judge: calibration.judge_prediction(j, t.judges[j])  # type: ignore[misc]
             )
-    present = np.isfinite(fit.length) & np.isfinite(fit.human)
-    length_map = fit_isotonic(fit.length[present], fit.human[present])
+    length_map = monotone_map(fit.length, fit.human)
     return {
         "judges": judges,
         "panel_mean": scored(panel_mean),
         "panel_calibrated": scored(lambda t: calibration.predict(t.judges)),
         "human_ceiling": _rating_ceiling(held, seed, resamples),
-        "length_baseline": scored(lambda t: np.interp(t.length, length_map.xs, length_map.ys)),
+        "length_baseline": scored(lambda t: length_map(t.length)),
     }
 
 
 def _rating_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
+    """Each annotator against the mean of the others, averaged over annotators."""
+
     def compute(table: ItemTable) -> dict[str, float | None]:
-        per_annotator: list[dict[str, float | None]] = []
-        for annotator, values in table.annotators.items():
-            others = np.vstack([v for a, v in table.annotators.items() if a != annotator])
-            counts = np.isfinite(others).sum(axis=0)
-            with np.errstate(invalid="ignore"):
-                rest = np.where(counts > 0, np.nansum(others, axis=0) / np.maximum(counts, 1), np.nan)
-            per_annotator.append(rating_metrics(values, rest))
-        return _average(per_annotator)
+        rests = table.others_means()
+        per_annotator = [rating_metrics(values, rests[a]) for a, values in table.annotators.items()]
+        averaged = _average(per_annotator)
+        return averaged | {"spearman_like_for_like": averaged["spearman"]}
 
     return _with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
 
@@ -184,3 +266,47 @@ def _pairwise_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
         return _average(per_annotator)
 
     return _with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
+
+
+def pair_feature_report(
+    fit: ItemTable, held: ItemTable, calibration: PairFeatureCalibration, *, seed: int, resamples: int
+) -> Row:
+    """Pairwise rows for probability-reading judges: each judge's calibrated preference, every feature
+    difference alone (its sign, oriented on the fitting part), the panels, the ceiling and the length rule."""
+
+    def scored(predict: Predictor) -> Row:
+        row = _with_intervals(held, lambda t: pairwise_metrics(predict(t), t.human), seed, resamples)
+        row["n"] = _count(predict(held), held.human)
+        return row
+
+    def oriented(values: np.ndarray) -> float:
+        present = np.isfinite(values) & np.isfinite(fit.human)
+        return 1.0 if (spearman(values[present], fit.human[present]) or 0.0) >= 0 else -1.0
+
+    band = calibration.tie_band
+    judges: Row = {}
+    features: Row = {}
+    for judge in held.features:
+        if judge in calibration.features.judges:
+            judges[judge] = scored(
+                lambda t, j=judge: decide(calibration.features.judge_prediction(j, t.features[j]), band)  # type: ignore[misc]
+            )
+        features[judge] = {
+            name: scored(lambda t, j=judge, n=name, d=oriented(column): decide(d * t.features[j][n], 0.0))  # type: ignore[misc]
+            for name, column in sorted(fit.features[judge].items())
+        }
+    summary_signs = {j: oriented(fit.judges[j]) for j in fit.judges}
+
+    def panel_mean(table: ItemTable) -> np.ndarray:
+        votes = np.vstack([summary_signs[j] * np.sign(table.judges[j]) for j in table.judges])
+        with np.errstate(invalid="ignore"):
+            return decide(np.nanmean(votes, axis=0), 0.0)
+
+    return {
+        "judges": judges,
+        "features": features,
+        "panel_mean": scored(panel_mean),
+        "panel_calibrated": scored(lambda t: calibration.predict(t.features)),
+        "human_ceiling": _pairwise_ceiling(held, seed, resamples),
+        "length_baseline": scored(lambda t: t.length),
+    }

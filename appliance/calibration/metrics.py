@@ -111,13 +111,28 @@ MetricSet = Callable[[Vector], dict[str, float | None]]
 
 
 def bootstrap_metrics(
-    compute: MetricSet, size: int, *, seed: int, resamples: int = 1000, confidence: float = 0.95
+    compute: MetricSet,
+    size: int,
+    *,
+    seed: int,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    clusters: np.ndarray | None = None,
 ) -> dict[str, tuple[float, float] | None]:
-    """Percentile intervals of every metric `compute(indices)` returns, resampling items."""
+    """Percentile intervals of every metric `compute(indices)` returns, resampling items.
+
+    `clusters`: a label per item; items with the same label (e.g. replies to one context) are
+    resampled together, since they are not independent.
+    """
     rng = np.random.default_rng(seed)
+    groups = _cluster_members(clusters) if clusters is not None else None
     samples: dict[str, list[float]] = {}
     for _ in range(resamples if size else 0):
-        for name, value in compute(rng.integers(0, size, size=size)).items():
+        if groups is None:
+            rows = rng.integers(0, size, size=size)
+        else:
+            rows = np.concatenate([groups[i] for i in rng.integers(0, len(groups), size=len(groups))])
+        for name, value in compute(rows).items():
             if value is not None and np.isfinite(value):
                 samples.setdefault(name, []).append(value)
     tail = (1.0 - confidence) / 2.0
@@ -130,3 +145,11 @@ def bootstrap_metrics(
             low, high = np.quantile(values, [tail, 1.0 - tail])
             intervals[name] = (float(low), float(high))
     return intervals
+
+
+def _cluster_members(clusters: np.ndarray) -> list[np.ndarray]:
+    """The row indices of each cluster, in order of first appearance."""
+    members: dict[object, list[int]] = {}
+    for row, label in enumerate(clusters.tolist()):
+        members.setdefault(label, []).append(row)
+    return [np.asarray(rows, dtype=int) for rows in members.values()]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.features import FOLDS, FeatureCalibration, PairFeatureCalibration, fold_ids
 from appliance.calibration.isotonic import IsotonicMap, fit_isotonic
 from appliance.calibration.metrics import agreement, cohen_kappa
 from appliance.calibration.tables import ItemTable
@@ -59,16 +60,29 @@ class RatingCalibration:
         }
 
 
-def fit_rating_calibration(fit: ItemTable) -> RatingCalibration:
+def fit_rating_calibration(fit: ItemTable, seed: int = 0) -> RatingCalibration:
+    """Each judge's isotonic map on the fitting part; its panel weight from out-of-fold errors.
+
+    The error that sets a weight is cross-fitted (each item mapped by a map fitted without its fold),
+    since an isotonic map fits its own items closely and would flatter a useless judge.
+    """
     maps: dict[str, IsotonicMap] = {}
     errors: dict[str, float] = {}
     for judge, scores in fit.judges.items():
         present = np.isfinite(scores) & np.isfinite(fit.human)
         if not present.any():
             continue
-        maps[judge] = fit_isotonic(scores[present], fit.human[present])
-        mapped = np.interp(scores[present], maps[judge].xs, maps[judge].ys)
-        errors[judge] = max(float(np.mean((mapped - fit.human[present]) ** 2)), 1e-6)
+        x, y = scores[present], fit.human[present]
+        maps[judge] = fit_isotonic(x, y)
+        folds = fold_ids(len(y), min(FOLDS, len(y)), seed)
+        squared = []
+        for fold in np.unique(folds):
+            train, test = folds != fold, folds == fold
+            if not train.any():
+                continue
+            mapping = fit_isotonic(x[train], y[train])
+            squared.extend((np.interp(x[test], mapping.xs, mapping.ys) - y[test]) ** 2)
+        errors[judge] = max(float(np.mean(squared)) if squared else 1.0, 1e-6)
     inverse = {judge: 1.0 / error for judge, error in errors.items()}
     total = sum(inverse.values())
     return RatingCalibration(maps, {judge: value / total for judge, value in inverse.items()})
@@ -119,7 +133,13 @@ def fit_pairwise_calibration(fit: ItemTable) -> PairwiseCalibration:
     return PairwiseCalibration(weights, best)
 
 
-def calibration_from_json(data: dict[str, Any]) -> RatingCalibration | PairwiseCalibration:
+def calibration_from_json(
+    data: dict[str, Any],
+) -> RatingCalibration | PairwiseCalibration | FeatureCalibration | PairFeatureCalibration:
+    if data.get("kind") == "features":
+        return FeatureCalibration.from_json(data)
+    if data.get("kind") == "pair_features":
+        return PairFeatureCalibration.from_json(data)
     if data.get("kind") == "pairwise":
         return PairwiseCalibration(dict(data["weights"]), float(data["tie_band"]))
     return RatingCalibration({j: IsotonicMap.from_json(m) for j, m in data["maps"].items()}, dict(data["weights"]))

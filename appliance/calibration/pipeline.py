@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from appliance.calibration.collect import VerdictKey, collect_verdicts
-from appliance.calibration.heldout import pairwise_report, rating_report
+from appliance.calibration.features import fit_feature_calibration, fit_pair_feature_calibration
+from appliance.calibration.heldout import feature_report, pair_feature_report, pairwise_report, rating_report
 from appliance.calibration.models import fit_pairwise_calibration, fit_rating_calibration
 from appliance.calibration.tables import ItemTable, majority, split_items
 from appliance.catalog import Catalog
 from appliance.engine.factory import open_backend
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, load_judge_template
 from appliance.labels.model import PAIRWISE_CRITERION, LabelItem, LabelSet
 from appliance.roles import BackendFactory
@@ -65,6 +67,8 @@ def choose_criterion(label_set: LabelSet, criterion: str | None) -> str:
         preferred = [c for c in PREFERRED_CRITERIA if c in criteria]
         if label_set.kind == "pairwise":
             return PAIRWISE_CRITERION
+        if len(criteria) == 1:
+            return criteria[0]
         if preferred:
             return preferred[0]
         raise ApplianceError(f"--criterion: label set '{label_set.name}' needs one of: {', '.join(criteria)}")
@@ -110,6 +114,14 @@ def build_table(
         found = [verdicts.get((item_id, judge, swapped)) for item_id in ids]
         return np.asarray([np.nan if v is None or v.score is None else v.score for v in found], dtype=float)
 
+    def features(judge: str) -> dict[str, np.ndarray]:
+        found = [verdicts.get((item_id, judge, False)) for item_id in ids]
+        names = sorted({name for v in found if v is not None for name in v.features})
+        return {
+            name: np.asarray([np.nan if v is None else v.features.get(name, np.nan) for v in found], dtype=float)
+            for name in names
+        }
+
     if pairwise:
         human = np.asarray([majority(stacked[:, i]) for i in range(len(ids))])
         length = np.asarray(
@@ -120,13 +132,17 @@ def build_table(
         human = np.nansum(stacked, axis=0) / np.maximum(counts, 1)
         key = "response" if label_set.kind == "turn" else "dialogue"
         length = np.asarray([len(i.texts[key]) for i in items], dtype=float)
+    by_judge = {j: features(j) for j in judges}
+    shared_context = label_set.kind == "turn" and all("context" in item.texts for item in items)
     return ItemTable(
         item_ids=tuple(ids),
         judges={j: scores(j, False) for j in judges},
         human=human,
         annotators=values,
         length=length,
-        swapped={j: scores(j, True) for j in judges} if pairwise else None,
+        swapped={j: scores(j, True) for j in judges} if pairwise and not any(by_judge.values()) else None,
+        features={j: columns for j, columns in by_judge.items() if columns},
+        clusters=np.asarray([item.texts["context"] for item in items]) if shared_context else None,
     )
 
 
@@ -136,7 +152,8 @@ def resolve_template(label_set: LabelSet, name: str | None, judges_dir: Path) ->
     if not path.is_file():
         raise ApplianceError(f"--template: {path} not found")
     template = load_judge_template(path)
-    if (label_set.kind == "pairwise") != isinstance(template, PairwiseTemplate):
+    scoring = isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
+    if not scoring and (label_set.kind == "pairwise") != isinstance(template, PairwiseTemplate):
         raise ApplianceError(
             f"--template: '{chosen}' is a {template.mode} template; label set '{label_set.name}' is {label_set.kind}"
         )
@@ -174,8 +191,9 @@ def run_calibration(
     table = build_table(label_set, criterion, items, verdicts, request.panel.judges)
     fit_ids, held_ids = split_items(list(table.item_ids), request.seed, request.heldout_fraction)
     fit, held = table.subset(fit_ids), table.subset(held_ids)
-    human_scale = label_set.scales.get(criterion, (float(np.nanmin(table.human)), float(np.nanmax(table.human))))
-    calibration, report = _fit_and_report(label_set.kind, fit, held, template.scale, human_scale, request)
+    human_scale = fit.annotator_range()  # from the fitting part only
+    judge_scale = getattr(template, "scale", human_scale)
+    calibration, report = _fit_and_report(label_set.kind, fit, held, judge_scale, human_scale, request)
     record = CalibrationRecord(
         calibration_id=datetime.now(UTC).strftime("cal-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4],
         created_at=datetime.now(UTC).replace(tzinfo=None),
@@ -187,7 +205,13 @@ def run_calibration(
         seed=request.seed,
         fit_items=fit_ids,
         heldout_items=held_ids,
-        model=calibration.to_json() | {"judge_scale": list(template.scale), "human_scale": list(human_scale)},
+        model=calibration.to_json()
+        | {
+            "judge_scale": list(judge_scale),
+            "human_scale": list(human_scale),
+            "template_fingerprint": template.fingerprint(),
+            "summary": getattr(template, "summary", None),
+        },
         metrics=report,
     )
     write_calibration(store, record)
@@ -221,10 +245,16 @@ def _fit_and_report(
     request: CalibrationRequest,
 ) -> tuple[Any, dict[str, Any]]:
     """The calibration fitted on the fitting part, and its report on the held-out part."""
+    if fit.features and kind == "pairwise":
+        pair = fit_pair_feature_calibration(fit.features, fit.human, seed=request.seed)
+        return pair, pair_feature_report(fit, held, pair, seed=request.seed, resamples=request.resamples)
+    if fit.features:
+        features = fit_feature_calibration(fit.features, fit.human, human_scale, seed=request.seed)
+        return features, feature_report(fit, held, features, seed=request.seed, resamples=request.resamples)
     if kind == "pairwise":
         pairwise = fit_pairwise_calibration(fit)
         return pairwise, pairwise_report(fit, held, pairwise, seed=request.seed, resamples=request.resamples)
-    rating = fit_rating_calibration(fit)
+    rating = fit_rating_calibration(fit, request.seed)
     report = rating_report(
         fit,
         held,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.models import RatingCalibration, calibration_from_json, rescale, vote
 from appliance.calibration.tables import ItemTable
 
@@ -22,17 +23,29 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
     title = f"{summary['panel']} on {summary['label_set']} / {summary['criterion']} (held-out, n={len(held)})"
     if kind == "pairwise":
         figure, axes = plt.subplots(1, 2, figsize=(9, 4))
-        equal = {j: 1.0 for j in held.judges}
-        panels = [("panel mean", vote(held, equal, 0.0))]
-        panels.append(("panel calibrated", calibration.predict(held)))  # type: ignore[arg-type]
+        if isinstance(calibration, PairFeatureCalibration):
+            judge = next(iter(calibration.features.judges))
+            single = calibration.features.judge_prediction(judge, held.features[judge])
+            panels = [(f"{judge} (calibrated)", decide(single, calibration.tie_band))]
+            panels.append(("panel calibrated", calibration.predict(held.features)))
+        else:
+            equal = {j: 1.0 for j in held.judges}
+            panels = [("panel mean", vote(held, equal, 0.0))]
+            panels.append(("panel calibrated", calibration.predict(held)))  # type: ignore[arg-type]
         for axis, (label, predicted) in zip(axes, panels, strict=True):
             _confusion(axis, predicted, held.human, label)
     else:
-        assert isinstance(calibration, RatingCalibration)
         judge_scale = tuple(summary["judge_scale"])
         human_scale = tuple(summary["human_scale"])
-        panels = [(f"{j} (raw, rescaled)", rescale(v, judge_scale, human_scale)) for j, v in held.judges.items()]
-        panels.append(("panel calibrated", calibration.predict(held.judges)))
+        if isinstance(calibration, FeatureCalibration):
+            panels = [
+                (f"{j} (calibrated)", calibration.judge_prediction(j, held.features[j])) for j in calibration.judges
+            ]
+            panels.append(("panel calibrated", calibration.predict(held.features)))
+        else:
+            assert isinstance(calibration, RatingCalibration)
+            panels = [(f"{j} (raw, rescaled)", rescale(v, judge_scale, human_scale)) for j, v in held.judges.items()]
+            panels.append(("panel calibrated", calibration.predict(held.judges)))
         figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
         rng = np.random.default_rng(0)
         for axis, (label, predicted) in zip(axes[0], panels, strict=True):

@@ -8,7 +8,7 @@ resampling are plain numpy indexing.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,6 +50,10 @@ class ItemTable:
     #: a length-only predictor: response length (ratings) or sign of the length difference (pairs)
     length: np.ndarray
     swapped: dict[str, np.ndarray] | None = None
+    #: a probability-reading judge's features: judge -> feature -> column
+    features: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: items with the same label share a context and are resampled together (None: all independent)
+    clusters: np.ndarray | None = None
 
     def subset(self, ids: list[str]) -> ItemTable:
         position = {item: index for index, item in enumerate(self.item_ids)}
@@ -65,10 +69,27 @@ class ItemTable:
             annotators={a: v[rows] for a, v in self.annotators.items()},
             length=self.length[rows],
             swapped=None if self.swapped is None else {j: v[rows] for j, v in self.swapped.items()},
+            features={j: {f: v[rows] for f, v in columns.items()} for j, columns in self.features.items()},
+            clusters=None if self.clusters is None else self.clusters[rows],
         )
 
     def __len__(self) -> int:
         return len(self.item_ids)
+
+    def annotator_range(self) -> tuple[float, float]:
+        """The lowest and highest value any annotator gave on these items (the human scale of a fit)."""
+        values = np.concatenate([v[np.isfinite(v)] for v in self.annotators.values()])
+        return float(values.min()), float(values.max())
+
+    def others_means(self) -> dict[str, np.ndarray]:
+        """Per annotator, the mean of the other annotators on each item (NaN where none rated it)."""
+        means: dict[str, np.ndarray] = {}
+        for annotator in self.annotators:
+            others = np.vstack([v for a, v in self.annotators.items() if a != annotator])
+            counts = np.isfinite(others).sum(axis=0)
+            with np.errstate(invalid="ignore"):
+                means[annotator] = np.where(counts > 0, np.nansum(others, axis=0) / np.maximum(counts, 1), np.nan)
+        return means
 
     def pair_outcomes(self, judge: str) -> np.ndarray:
         """+1 / -1 where both orders agree, 0 for a tie or an inconsistent pair, NaN if either is unparsed."""

@@ -128,7 +128,9 @@ def labels_list(db: DbOption = None, as_json: JsonOption = False) -> None:
 def calibrate(
     panel: PanelOption = "default",
     labels: Annotated[str, typer.Option("--labels", help="label set (see 'appliance labels list')")] = "fed-turn",
-    criterion: Annotated[str | None, typer.Option(help="human criterion (default Overall / preference)")] = None,
+    criterion: Annotated[
+        str | None, typer.Option(help="human criterion (default: the set's only one, else Overall / preference)")
+    ] = None,
     template: Annotated[str | None, typer.Option(help="judge template in judges/ (default by label kind)")] = None,
     limit: Annotated[int | None, typer.Option(min=4, help="a seeded sample of N items")] = None,
     heldout: Annotated[float, typer.Option(min=0.05, max=0.95, help="share of items held out")] = 0.5,
@@ -136,6 +138,12 @@ def calibrate(
     parallel: Annotated[int, typer.Option(min=1, help="items rated at once")] = 16,
     resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples per interval")] = 1000,
     plot: Annotated[Path | None, typer.Option(help="PNG path (default out/<calibration id>.png)")] = None,
+    ship: Annotated[
+        bool,
+        typer.Option(
+            "--ship", help="also write it to judges/calibrations/<panel>/ with its held-out report (runs apply it)"
+        ),
+    ] = False,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -160,6 +168,13 @@ def calibrate(
         plot or Path("out") / f"{outcome.record.calibration_id}.png", outcome.held, outcome.kind, outcome.report
     )
     report = outcome.report | {"plot": str(plot_path)}
+    if ship:
+        from appliance.calibration.shipped import write_shipped
+
+        calibration_file, report_file = write_shipped(judges_dir(), outcome.record, outcome.report)
+        report["shipped"] = [str(calibration_file), str(report_file)]
+        if not as_json:
+            console.print(f"shipped: {calibration_file} and {report_file}")
     if as_json:
         print(json.dumps(report))
         return
@@ -168,10 +183,11 @@ def calibrate(
 
 def print_calibration(report: dict[str, Any]) -> None:
     pairwise = report["kind"] == "pairwise"
+    features = "features" in report
     names = (
         ("kappa", "agreement", "position_bias")
         if pairwise
-        else ("spearman", "kendall", "pearson", "krippendorff_alpha", "mae")
+        else ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
     )
     table = Table(
         title=(
@@ -187,23 +203,40 @@ def print_calibration(report: dict[str, Any]) -> None:
         table.add_column(name, justify="right")
     rows: list[tuple[str, dict[str, Any]]] = []
     for judge, row in report["judges"].items():
-        rows.append((f"{judge}" + ("" if pairwise else " (raw)"), row))
+        raw = f" ({report['model'].get('summary', 'summary')} alone)" if features else " (raw)"
+        rows.append((f"{judge}" + ("" if pairwise else raw), row))
         if "calibrated" in row:
             rows.append((f"{judge} (calibrated)", row["calibrated"]))
     rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
+    for judge, by_feature in report.get("features", {}).items():
+        rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     for label, row in rows:
         cells = [_metric_cell(row.get(name)) for name in names]
         table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
     console.print(table)
     unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
-    method = (
-        "Each pair is judged in both orders: a win needs both, anything else counts as a tie; position bias = "
-        "the same slot picked in both orders."
-        if pairwise
-        else f"Human scale {report['human_scale']}, judge scale {report['judge_scale']}; raw judges are rescaled "
-        "linearly for MAE and alpha."
+    if pairwise:
+        method = (
+            "Each pair is judged in both orders: a win needs both, anything else counts as a tie; position bias = "
+            "the same slot picked in both orders."
+        )
+    elif features:
+        method = (
+            f"Human scale {report['human_scale']} (from the fitting part). Calibrated = ridge on the judge's "
+            "features, penalty chosen by cross-validation inside the fitting part; panel = weighted mean of the "
+            "judges, weights fitted on out-of-fold predictions. A feature alone = mapped monotonically (direction "
+            "from the fitting part)."
+        )
+    else:
+        method = (
+            f"Human scale {report['human_scale']} (from the fitting part), judge scale {report['judge_scale']}; raw "
+            "judges are rescaled linearly for MAE and alpha."
+        )
+    console.print(
+        f"{method} spearman_like_for_like: against the mean of all annotators but one, averaged over the one "
+        "left out (how the human ceiling is measured). 95% intervals: bootstrap over held-out items (items "
+        f"sharing a context resampled together). Unparsed verdicts: {unparsed}."
     )
-    console.print(f"{method} 95% intervals: bootstrap over held-out items. Unparsed verdicts: {unparsed}.")
     console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
 
 

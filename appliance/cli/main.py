@@ -20,6 +20,7 @@ from appliance.offline import enforce_offline
 
 enforce_offline()
 
+from appliance.calibration.apply import unapplied_calibrations  # noqa: E402
 from appliance.catalog import Catalog, locate_model_file  # noqa: E402
 from appliance.cli.compare import compare  # noqa: E402
 from appliance.cli.imports import add_import_commands  # noqa: E402
@@ -153,10 +154,20 @@ def run(
             )
             raise typer.Exit(INTERRUPTED_EXIT) from None
         reports = [build_scenario_report(store, summary.run_id, name) for name in config.scenarios]
+        stale = unapplied_calibrations(store, config.panel, families)
     if as_json:
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
         return
     _print_run_summary(reports, summary, store.path, config)
+    for template, ids in stale.items():
+        error_console.print(
+            f"not applied: calibration {', '.join(ids)} of panel '{config.panel.name}' was fitted for another version "
+            f"of judges/{template}.toml (recalibrate: appliance calibrate --panel {config.panel.name} --template "
+            f"{template})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _family_limits(quick: bool) -> dict[str, int]:

@@ -24,11 +24,15 @@ from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.llama_native import LlamaModel, TokenBatch, build_sampler_chain, free_sampler_chain
 from appliance.engine.registry import register_backend
-from appliance.engine.types import Completion, FinishReason, GenerationRequest
+from appliance.engine.scoring import ScoringError, ScoringPlan
+from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
 from appliance.errors import ApplianceError
 
 #: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
 MIN_SHARED_PREFIX = 64
+#: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
+#: large vocabulary (Gemma's 262k) makes each row a megabyte.
+MAX_SCORED_ROWS = 128
 
 
 @dataclass
@@ -45,6 +49,10 @@ class _Job:
     pending_token: int | None = None
     generated: list[int] = field(default_factory=list)
     text_bytes: bytearray = field(default_factory=bytearray)
+    #: a scoring request: prefilled, its logits read, never decoded
+    scoring: ScoringPlan | None = None
+    #: set at submission when the request cannot be served; it is answered at admission
+    error: str | None = None
 
 
 @dataclass
@@ -147,17 +155,31 @@ class LlamaCppBackend:
         tokens = self.model.tokenize(text, parse_special=parse_special)
         ticket = self._next_ticket
         self._next_ticket += 1
-        self.waiting.append(
-            _Job(
-                ticket=ticket,
-                request=request,
-                prompt_tokens=tokens,
-                stop=tuple(dict.fromkeys((*request.sampling.stop, *stop))),
-                submitted_at=time.perf_counter(),
-            )
+        job = _Job(
+            ticket=ticket,
+            request=request,
+            prompt_tokens=tokens,
+            stop=tuple(dict.fromkeys((*request.sampling.stop, *stop))),
+            submitted_at=time.perf_counter(),
         )
+        if request.scoring is not None:
+            self._plan_scoring(job)
+        self.waiting.append(job)
         self.counters.requests += 1
         return ticket
+
+    def _plan_scoring(self, job: _Job) -> None:
+        """The continuation joins the prompt's tokens (tokenised on its own, as it continues the prompt)."""
+        scoring = job.request.scoring
+        assert scoring is not None
+        continuation = self.model.tokenize(scoring.continuation, parse_special=False, add_bos=False)
+        choices = [self.model.tokenize(choice, parse_special=False, add_bos=False) for choice in scoring.choices]
+        try:
+            job.scoring = ScoringPlan.build(job.prompt_tokens, continuation, choices, scoring)
+        except ScoringError as error:
+            job.error = f"model '{self.name}': {error}"
+            return
+        job.prompt_tokens = job.scoring.tokens
 
     @property
     def busy(self) -> bool:
@@ -193,12 +215,18 @@ class LlamaCppBackend:
             if job is None or job.prefill_cursor >= len(job.prompt_tokens) or budget < 2:
                 continue
             remaining = len(job.prompt_tokens) - job.prefill_cursor
-            size = min(remaining, budget)
+            size = min(remaining, budget, self._scored_rows_cap(job))
             if size < remaining and remaining - size < 2:
                 size = max(2, remaining - 2)  # never leave a lone token before the last one
             budget -= size
             finished.extend(self._prefill_chunk(slot, job, size))
         return finished
+
+    def _scored_rows_cap(self, job: _Job) -> int:
+        """The longest chunk from the job's cursor that reads at most MAX_SCORED_ROWS logits rows."""
+        if job.scoring is None:
+            return len(job.prompt_tokens)
+        return max(job.scoring.first_read - job.prefill_cursor, 0) + MAX_SCORED_ROWS
 
     def _stored_end(self, slot: _Slot) -> int:
         """How many positions the sequence's KV holds (its highest position + 1; 0 when empty)."""
@@ -212,6 +240,9 @@ class LlamaCppBackend:
         slot.batch_computed = 0
         job.prefill_cursor = 0
         job.cached_tokens = 0
+        if job.scoring is not None:  # its rows are read again from the start
+            job.scoring.token_logprobs.clear()
+            job.scoring.choice_logprobs = []
         self.counters.kv_resyncs += 1
 
     def _prefill_chunk(self, slot: _Slot, job: _Job, size: int) -> list[tuple[int, Completion]]:
@@ -221,16 +252,27 @@ class LlamaCppBackend:
         self.batch.clear()
         start, end = job.prefill_cursor, job.prefill_cursor + size
         owner: list[tuple[int, _Job]] = []
+        read: list[tuple[int, int]] = []  # (batch index, position) of scored positions
         for position in range(start, end):
             last = position == len(job.prompt_tokens) - 1
-            index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last)
-            if last:
+            scored = job.scoring is not None and job.scoring.wants(position)
+            index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last or scored)
+            if scored:
+                read.append((index, position))
+            elif last:
                 owner.append((index, job))
         if size >= 2 and slot.batch_computed == len(slot.cached):
             slot.batch_computed = end
         slot.cached.extend(job.prompt_tokens[start:end])
         job.prefill_cursor = end
-        return self._decode_and_sample(owner)
+        if job.scoring is None:
+            return self._decode_and_sample(owner)
+        self._decode_and_sample([])
+        for index, position in read:
+            job.scoring.read(position, self.model.logits_row(self.context, index))
+        if end < len(job.prompt_tokens):
+            return []
+        return [self._finish(job, "stop", job.scoring.result())]
 
     def _decode_and_sample(self, owners: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
         status = C.llama_decode(self.context, self.batch.raw)
@@ -290,14 +332,17 @@ class LlamaCppBackend:
             if not idle:
                 break
             job = self.waiting.popleft()
-            room = job.request.sampling.max_tokens if job.request.reserve_output else 0
+            if job.error is not None:
+                rejected.append(self._reject(job, "error", job.error))
+                continue
+            room = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else 0
             if len(job.prompt_tokens) + 1 + room >= self.context_length:
                 rejected.append(self._reject_overflow(job))
                 continue
             if self._prefix_in_progress(job):
                 deferred.append(job)
                 continue
-            limit = len(job.prompt_tokens) - 1  # the last prompt token is always decoded for its logits
+            limit = self._reuse_limit(job)
             source, shared = max(
                 ((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1]
             )
@@ -308,9 +353,22 @@ class LlamaCppBackend:
             job.slot = slot
             job.prefill_cursor = keep
             job.cached_tokens = keep
-            job.sampler = build_sampler_chain(self.model, job.request.sampling, job.request.grammar)
+            if job.scoring is None:
+                job.sampler = build_sampler_chain(self.model, job.request.sampling, job.request.grammar)
         self.waiting.extendleft(reversed(deferred))
         return rejected
+
+    @staticmethod
+    def _reuse_limit(job: _Job) -> int:
+        """How many leading prompt tokens a cache may serve.
+
+        A generation decodes at least its last prompt token, for its logits. A scoring request
+        computes every position it reads, and at least two tokens: a lone token goes through
+        another kernel (matrix-vector), and its logits would differ in the last bits.
+        """
+        if job.scoring is None:
+            return len(job.prompt_tokens) - 1
+        return max(0, min(job.scoring.first_read, len(job.prompt_tokens) - 2))
 
     def _prefix_in_progress(self, job: _Job) -> bool:
         """Whether a running prefill is computing a long prefix of this prompt right now."""
@@ -330,7 +388,7 @@ class LlamaCppBackend:
         longest reusable prefix) shares clearly more, its whole stream is copied over
         (the copy runs inside the next `llama_decode`) and cut to the shared part.
         """
-        keep = self._reusable(slot, job, len(job.prompt_tokens) - 1)
+        keep = self._reusable(slot, job, self._reuse_limit(job))
         if source is not slot and shared - keep >= MIN_SHARED_PREFIX:
             C.llama_memory_seq_cp(self.memory, source.seq_id, slot.seq_id, -1, -1)
             slot.cached = list(source.cached)
@@ -366,7 +424,7 @@ class LlamaCppBackend:
         there first; the prefix the request needs is then copied in by `_reuse_prefix`.
         """
         target = idle[0]
-        if not target.cached or self._reusable(target, job, len(job.prompt_tokens) - 1) >= best_shared:
+        if not target.cached or self._reusable(target, job, self._reuse_limit(job)) >= best_shared:
             return target
         spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key]
         if spare:
@@ -383,7 +441,7 @@ class LlamaCppBackend:
         source.key = None
         self.counters.moved_caches += 1
 
-    def _finish(self, job: _Job, reason: FinishReason) -> tuple[int, Completion]:
+    def _finish(self, job: _Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
         text = job.text_bytes.decode("utf-8", errors="replace")
         if reason == "stop" and job.stop:
             cut = min((text.find(stop) for stop in job.stop if stop in text), default=-1)
@@ -393,8 +451,9 @@ class LlamaCppBackend:
         assert slot is not None
         slot.job = None
         slot.last_used = time.perf_counter()
-        free_sampler_chain(job.sampler)
-        job.sampler = None
+        if job.sampler is not None:
+            free_sampler_chain(job.sampler)
+            job.sampler = None
         completion = Completion(
             text=text,
             finish_reason=reason,
@@ -402,22 +461,29 @@ class LlamaCppBackend:
             cached_prompt_tokens=job.cached_tokens,
             completion_tokens=len(job.generated),
             latency_s=time.perf_counter() - job.submitted_at,
+            scores=scores,
         )
         self._count(completion)
         return job.ticket, completion
 
     def _reject_overflow(self, job: _Job) -> tuple[int, Completion]:
+        reply = job.request.reserve_output and job.scoring is None
+        return self._reject(
+            job,
+            "context_overflow",
+            f"prompt of {len(job.prompt_tokens)} tokens"
+            + (f" and {job.request.sampling.max_tokens} for the reply" if reply else "")
+            + f" does not fit the context of {self.context_length} tokens of model '{self.name}'",
+        )
+
+    def _reject(self, job: _Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
         completion = Completion(
             text="",
-            finish_reason="context_overflow",
+            finish_reason=reason,
             prompt_tokens=len(job.prompt_tokens),
             completion_tokens=0,
             latency_s=time.perf_counter() - job.submitted_at,
-            error=(
-                f"prompt of {len(job.prompt_tokens)} tokens"
-                + (f" and {job.request.sampling.max_tokens} for the reply" if job.request.reserve_output else "")
-                + f" does not fit the context of {self.context_length} tokens of model '{self.name}'"
-            ),
+            error=error,
         )
         self._count(completion)
         return job.ticket, completion

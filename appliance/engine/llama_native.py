@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp as C
+import numpy as np
 
 from appliance.engine.types import Message, ResolvedSampling
 from appliance.errors import ApplianceError
@@ -93,16 +94,23 @@ class LlamaModel:
             C.llama_model_free(self.handle)
             self.handle = None
 
-    def tokenize(self, text: str, *, parse_special: bool) -> list[int]:
+    def tokenize(self, text: str, *, parse_special: bool, add_bos: bool | None = None) -> list[int]:
+        """`add_bos`: None follows the model (a prompt); False for text that continues a prompt."""
         data = text.encode("utf-8")
+        bos = self.add_bos if add_bos is None else add_bos
         capacity = len(data) + 8
         buffer = (C.llama_token * capacity)()
-        count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, self.add_bos, parse_special)
+        count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, bos, parse_special)
         if count < 0:
             capacity = -count
             buffer = (C.llama_token * capacity)()
-            count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, self.add_bos, parse_special)
+            count = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, bos, parse_special)
         return list(buffer[:count])
+
+    def logits_row(self, context: Any, index: int) -> np.ndarray:
+        """The logits llama.cpp computed for batch entry `index` of the last decode (a copy)."""
+        pointer = C.llama_get_logits_ith(context, index)
+        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
 
     def piece(self, token: int) -> bytes:
         """The bytes of one generated token (control tokens render as nothing)."""

@@ -6,19 +6,25 @@ finishes every queued request), so scheduler and episode code run unchanged.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 from appliance.engine.backend import BackendCounters
-from appliance.engine.types import Completion, GenerationRequest
+from appliance.engine.types import Completion, GenerationRequest, TokenScores
 
 Responder = Callable[[GenerationRequest], str]
+Scorer = Callable[[GenerationRequest], TokenScores]
 
 
 class ScriptedBackend:
-    def __init__(self, name: str, respond: Responder, context_chars: int | None = None) -> None:
-        """`context_chars`: a context measured in characters (one per token), to test overflow handling."""
+    def __init__(
+        self, name: str, respond: Responder, context_chars: int | None = None, scorer: Scorer | None = None
+    ) -> None:
+        """`context_chars`: a context measured in characters (one per token), to test overflow handling.
+        `scorer`: answers scoring requests (default `scripted_scores`)."""
         self.name = name
         self.respond = respond
+        self.scorer = scorer or scripted_scores
         self.context_chars = context_chars
         self.counters = BackendCounters()
         self.requests: list[GenerationRequest] = []
@@ -54,6 +60,15 @@ class ScriptedBackend:
                 latency_s=0.0,
                 error=f"prompt of {size} tokens does not fit the context of {self.context_chars} tokens",
             )
+        if request.scoring is not None:
+            return Completion(
+                text="",
+                finish_reason="stop",
+                prompt_tokens=size,
+                completion_tokens=0,
+                latency_s=0.0,
+                scores=self.scorer(request),
+            )
         return Completion(
             text=self.respond(request), finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0
         )
@@ -64,3 +79,18 @@ class ScriptedBackend:
 
     def close(self) -> None:
         self._queue.clear()
+
+
+def scripted_scores(request: GenerationRequest) -> TokenScores:
+    """Log-probabilities that depend only on the text (a word is a token): stable, and not constant."""
+    assert request.scoring is not None
+    prompt = request.prompt or "".join(message.content for message in request.messages)
+
+    def logprob(text: str) -> float:
+        return -1.0 - (zlib.crc32(text.encode()) % 400) / 100.0
+
+    words = request.scoring.continuation.split()
+    return TokenScores(
+        token_logprobs=tuple(logprob(f"{prompt}|{index}|{word}") for index, word in enumerate(words)),
+        choice_logprobs=tuple(logprob(f"{prompt}|{choice}") for choice in request.scoring.choices),
+    )

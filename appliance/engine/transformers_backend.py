@@ -20,6 +20,7 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.registry import register_backend
+from appliance.engine.scoring import ScoringError, plan_with_tokenizer, refused_scoring, scored_completion
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
@@ -110,6 +111,8 @@ class TransformersBackend:
         self.slots = slots
         self.waiting: deque[LiveSequence] = deque()
         self.live: list[LiveSequence] = []
+        #: scoring requests waiting for the next step: (ticket, request, submitted at)
+        self.scoring: list[tuple[int, GenerationRequest, float]] = []
         #: the decoding sequences' joined caches, kept between steps while they stay the same
         self.batch: DecodeBatch | None = None
         # without reuse (the bench's stateless baseline) no finished turn's cache is kept
@@ -120,6 +123,10 @@ class TransformersBackend:
     def submit(self, request: GenerationRequest) -> int:
         ticket = self._next_ticket
         self._next_ticket += 1
+        if request.scoring is not None:
+            self.scoring.append((ticket, request, time.perf_counter()))
+            self.counters.requests += 1
+            return ticket
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
         sequence = LiveSequence(
@@ -136,13 +143,18 @@ class TransformersBackend:
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.live)
+        return bool(self.waiting or self.live or self.scoring)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def step(self) -> list[tuple[int, Completion]]:
-        """Admit waiting requests into free slots (each prefilled alone), then one batched decode step."""
+        """Admit waiting requests into free slots (each prefilled alone), then one batched decode step.
+
+        Scoring requests are prefilled alone, each in one forward pass, and finish in the step they join.
+        """
+        scored = [(ticket, self._score(request, submitted)) for ticket, request, submitted in self.scoring]
+        self.scoring.clear()
         with self.torch.inference_mode():
             while self.waiting and len(self.live) < self.slots:
                 self._admit(self.waiting.popleft())
@@ -154,7 +166,29 @@ class TransformersBackend:
         if self.batch is not None:
             self.batch.release(finished)
         self.live = [s for s in self.live if s.finish_reason is None]
-        return [(s.ticket, self._complete(s)) for s in finished]
+        return scored + [(s.ticket, self._complete(s)) for s in finished]
+
+    def _score(self, request: GenerationRequest, submitted: float) -> Completion:
+        """A scoring request: prompt and continuation in one forward pass, its rows read as log-probabilities."""
+        assert request.scoring is not None
+        text = (
+            request.prompt
+            if request.prompt is not None
+            else render_with_tokenizer(self.tokenizer, self.use_template, request)[0]
+        )
+        special = request.prompt is not None or not self.use_template
+        try:
+            plan = plan_with_tokenizer(self.tokenizer, text, special, request.scoring)
+        except ScoringError as error:
+            return refused_scoring(self.name, error, submitted)
+        with self.torch.inference_mode():
+            tokens = self.torch.tensor([plan.tokens], device=self.device)
+            logits = self.model(input_ids=tokens, use_cache=False).logits[0]
+            for position in range(plan.first_read, len(plan.tokens)):
+                if plan.wants(position):
+                    plan.read(position, logits[position].float().cpu().numpy())
+        self.counters.prompt_tokens += len(plan.tokens)
+        return scored_completion(plan, submitted)
 
     def _admit(self, sequence: LiveSequence) -> None:
         """Reuse the conversation's stored cache up to the common prefix, prefill the rest, pick a first token."""
@@ -232,6 +266,7 @@ class TransformersBackend:
 
     def close(self) -> None:
         self.waiting.clear()
+        self.scoring.clear()
         self.live.clear()
         self.batch = None
         self.conversations = ConversationCaches(capacity=self.conversations.capacity)

@@ -65,6 +65,40 @@ class ResolvedSampling(BaseModel):
         return cls(**values)
 
 
+class ScoringRequest(BaseModel):
+    """Prefill only, nothing generated: what the model's probabilities say about given text.
+
+    `continuation`: text whose tokens are scored one by one after the prompt (log p of each token
+    given everything before it). `choices`: candidate next tokens after prompt + continuation, each
+    exactly one token of the model's vocabulary; their log-probabilities come from the full softmax.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    continuation: str = ""
+    choices: tuple[str, ...] = ()
+
+
+class TokenScores(BaseModel):
+    """What a scoring request returns: natural-log probabilities over the whole vocabulary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: one per continuation token, in order
+    token_logprobs: tuple[float, ...] = ()
+    #: one per choice, in the request's order
+    choice_logprobs: tuple[float, ...] = ()
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.token_logprobs))
+
+    @property
+    def mean(self) -> float:
+        """Mean log-probability per continuation token (NaN for an empty continuation)."""
+        return self.total / len(self.token_logprobs) if self.token_logprobs else float("nan")
+
+
 class GenerationRequest(BaseModel):
     """What an episode asks of a model.
 
@@ -85,6 +119,8 @@ class GenerationRequest(BaseModel):
     #: the prompt must leave room for `sampling.max_tokens` in the context; a request that does not
     #: is rejected as `context_overflow` before anything is decoded (callers then shorten the prompt)
     reserve_output: bool = False
+    #: set: a scoring request (prefill only; `sampling` and `grammar` are ignored)
+    scoring: ScoringRequest | None = None
 
 
 FinishReason = Literal["stop", "length", "context_overflow", "error"]
@@ -102,6 +138,8 @@ class Completion(BaseModel):
     completion_tokens: int
     latency_s: float
     error: str | None = None
+    #: the answer to a scoring request
+    scores: TokenScores | None = None
 
     @property
     def prefilled_tokens(self) -> int:

@@ -19,6 +19,7 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.registry import register_backend
+from appliance.engine.scoring import ScoringError, plan_with_tokenizer, refused_scoring, scored_completion
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -113,9 +114,12 @@ class VllmBackend:
         )
 
     def step(self) -> list[tuple[int, Completion]]:
-        batch, self.queue = self.queue, []
+        scoring = [entry for entry in self.queue if entry[1].scoring is not None]
+        batch = [entry for entry in self.queue if entry[1].scoring is None]
+        self.queue = []
+        results = [(ticket, self._score(request, submitted)) for ticket, request, submitted in scoring]
         if not batch:
-            return []
+            return results
         prompts = [self._prompt(request) for _, request, _ in batch]
         params = [
             self._sampling(request.sampling, stops, request.grammar)
@@ -123,7 +127,6 @@ class VllmBackend:
         ]
         outputs = self.llm.generate([text for text, _ in prompts], params, use_tqdm=False)
         self.counters.decode_calls += 1
-        results: list[tuple[int, Completion]] = []
         for (ticket, _, submitted), output in zip(batch, outputs, strict=True):
             choice = output.outputs[0]
             cached = int(getattr(output, "num_cached_tokens", 0) or 0)
@@ -140,6 +143,32 @@ class VllmBackend:
             self.counters.completion_tokens += completion.completion_tokens
             results.append((ticket, completion))
         return results
+
+    def _score(self, request: GenerationRequest, submitted: float) -> Completion:
+        """Through vLLM's prompt log-probabilities: the continuation's come from one prompt; each choice
+        is appended as one more prompt token (prefix caching serves the shared part)."""
+        assert request.scoring is not None
+        text = request.prompt if request.prompt is not None else self._prompt(request)[0]
+        try:
+            plan = plan_with_tokenizer(self.tokenizer, text, request.prompt is not None, request.scoring)
+        except ScoringError as error:
+            return refused_scoring(self.name, error, submitted)
+        params = self.vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        variants = [plan.tokens, *([*plan.tokens, choice] for choice in plan.choices)]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in variants], params, use_tqdm=False)
+
+        def logprob(output: Any, position: int, token: int) -> float:
+            return float(output.prompt_logprobs[position][token].logprob)
+
+        plan.token_logprobs = [
+            logprob(outputs[0], position, plan.tokens[position])
+            for position in range(plan.prompt_length, len(plan.tokens))
+        ]
+        plan.choice_logprobs = [
+            logprob(output, len(plan.tokens), choice) for output, choice in zip(outputs[1:], plan.choices, strict=True)
+        ]
+        self.counters.prompt_tokens += len(plan.tokens)
+        return scored_completion(plan, submitted)
 
     def close(self) -> None:
         self.queue.clear()

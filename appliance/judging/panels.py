@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.tomlfile import read_toml
+
+#: how a panel's judges rate: "sampled" asks each for a verdict (a digit, a choice) and parses it;
+#: "likelihood" reads their token probabilities (prefill only) with `likelihood_template`
+JudgingKind = Literal["sampled", "likelihood"]
 
 
 class Panel(BaseModel):
@@ -16,6 +21,14 @@ class Panel(BaseModel):
     name: str
     judges: list[str] = Field(min_length=1)
     description: str = ""
+    judging: JudgingKind = "sampled"
+    #: the judges/ template of a likelihood panel's per-reply features
+    likelihood_template: str = "turn_likelihood"
+
+    @property
+    def likelihood_template_or_none(self) -> str | None:
+        """The template families judge with when the panel reads probabilities; None for sampled verdicts."""
+        return self.likelihood_template if self.judging == "likelihood" else None
 
 
 def load_panels(path: Path) -> dict[str, Panel]:

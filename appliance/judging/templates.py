@@ -9,6 +9,9 @@ be cut short by the token limit. The four modes:
 - `pairwise`: which of two responses is better, A, B or tie (asked in both orders);
 - `yesno`: a single yes/no check.
 
+Two more modes read probabilities instead of sampling (`scoring_templates.py`): `likelihood`
+and `expected`.
+
 `parse` returns the verdict as numbers keyed by output name, or None.
 """
 
@@ -22,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.tomlfile import read_toml
 
 REFUSAL = "refusal"
@@ -307,9 +311,9 @@ class YesNoTemplate(_TemplateBase):
         return 0.0, 1.0
 
 
-JudgeTemplate = Annotated[
-    LikertTemplate | RatingTemplate | PairwiseTemplate | YesNoTemplate, Field(discriminator="mode")
-]
+#: the templates whose verdict is sampled text, parsed
+SampledTemplate = LikertTemplate | RatingTemplate | PairwiseTemplate | YesNoTemplate
+JudgeTemplate = Annotated[SampledTemplate | LikelihoodTemplate | ExpectedScoreTemplate, Field(discriminator="mode")]
 _TEMPLATE_ADAPTER: TypeAdapter[JudgeTemplate] = TypeAdapter(JudgeTemplate)
 
 

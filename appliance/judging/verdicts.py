@@ -15,7 +15,7 @@ from typing import Literal
 
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed
-from appliance.judging.templates import PREFERENCE, JudgeTemplate, PairwiseTemplate, render
+from appliance.judging.templates import PREFERENCE, PairwiseTemplate, SampledTemplate, render
 from appliance.store.records import JudgmentRecord
 
 PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]
@@ -23,7 +23,7 @@ PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]
 
 def verdict_records(
     texts: list[str],
-    template: JudgeTemplate,
+    template: SampledTemplate,
     *,
     panel: str,
     judge: str,
@@ -50,7 +50,7 @@ def verdict_records(
     ]
 
 
-def judge_messages(template: JudgeTemplate, variables: dict[str, str]) -> list[Message]:
+def judge_messages(template: SampledTemplate, variables: dict[str, str]) -> list[Message]:
     source = f"judges/{template.name}.toml"
     return [
         Message(role="system", content=render(template.system, variables, source)),
@@ -60,7 +60,7 @@ def judge_messages(template: JudgeTemplate, variables: dict[str, str]) -> list[M
 
 async def judge_replies(
     ctx: EpisodeContext,
-    template: JudgeTemplate,
+    template: SampledTemplate,
     variables: dict[str, str],
     judge_model: str,
     conversation: str,
@@ -95,7 +95,7 @@ async def judge_replies(
 
 async def ask_judge(
     ctx: EpisodeContext,
-    template: JudgeTemplate,
+    template: SampledTemplate,
     variables: dict[str, str],
     *,
     judge_model: str,

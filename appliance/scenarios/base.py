@@ -112,6 +112,10 @@ class JudgedFamily(ScenarioFamily):
     judge_template: str | None = None
     #: the episode score that receives the calibrated value beside the raw one
     calibrated_metric: str | None = None
+    #: whether a likelihood panel judges this family (its `judge` uses `ctx.likelihood_template`)
+    scores_likelihood: bool = False
+    #: the human label set and criterion a likelihood panel's calibration must be fitted on
+    calibration_target: tuple[str, str] | None = None
 
     @abstractmethod
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:

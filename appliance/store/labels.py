@@ -190,7 +190,7 @@ def cached_label_verdicts(
 ) -> dict[tuple[str, str, bool], LabelVerdict]:
     """Stored verdicts keyed by (item, judge, order swapped)."""
     rows = store.query(
-        "SELECT item_id, judge, order_swapped, score, raw_text, parsed FROM label_judgments "
+        "SELECT item_id, judge, order_swapped, score, raw_text, parsed, features FROM label_judgments "
         "WHERE label_set = ? AND template_fingerprint = ? AND variant = ?",
         [label_set, template_fingerprint, variant],
     )
@@ -203,8 +203,9 @@ def cached_label_verdicts(
             score=None if score is None else float(score),
             raw_text=str(raw),
             parsed=bool(parsed),
+            features=json.loads(features) if features else {},
         )
-        for item, judge, swapped, score, raw, parsed in rows
+        for item, judge, swapped, score, raw, parsed, features in rows
     }
 
 
@@ -215,7 +216,7 @@ def write_label_verdicts(
         return
     with store.transaction():
         store.connection.executemany(
-            "INSERT OR REPLACE INTO label_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO label_judgments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 [
                     label_set,
@@ -229,6 +230,7 @@ def write_label_verdicts(
                     v.raw_text,
                     v.parsed,
                     _now(),
+                    json.dumps(v.features) if v.features else None,
                 ]
                 for v in verdicts
             ],
@@ -269,17 +271,20 @@ def _calibration(row: tuple[Any, ...]) -> CalibrationRecord:
     return CalibrationRecord(**record)
 
 
-def latest_calibration(store: Store, panel: str, template: str, judges: list[str]) -> CalibrationRecord | None:
-    """The newest calibration of this panel (same judges) for verdicts of `template`."""
+def newest_calibrations(store: Store, panel: str, template: str, judges: list[str]) -> list[CalibrationRecord]:
+    """The calibrations of this panel (same judges) for verdicts of `template`, newest first."""
     rows = store.query(
         f"SELECT {_CALIBRATION_COLUMNS} FROM calibrations WHERE panel = ? AND template = ? ORDER BY created_at DESC",
         [panel, template],
     )
-    for row in rows:
-        record = _calibration(row)
-        if sorted(record.judges) == sorted(judges):
-            return record
-    return None
+    records = [_calibration(row) for row in rows]
+    return [record for record in records if sorted(record.judges) == sorted(judges)]
+
+
+def store_if_missing(store: Store, record: CalibrationRecord) -> None:
+    """Keep a calibration in the store (a shipped one, so that runs can name it by id)."""
+    if not store.query("SELECT 1 FROM calibrations WHERE calibration_id = ?", [record.calibration_id]):
+        write_calibration(store, record)
 
 
 def get_calibration(store: Store, calibration_id: str) -> CalibrationRecord:

@@ -94,6 +94,8 @@ class LabelVerdict(BaseModel):
     score: float | None
     raw_text: str
     parsed: bool
+    #: a probability-reading judge's features (the score is the template's summary feature)
+    features: dict[str, float] = {}
 
 
 class CalibrationRecord(BaseModel):

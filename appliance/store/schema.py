@@ -227,4 +227,14 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        8,
+        "the features of probability-reading judges, stored with their verdicts on labelled items",
+        """
+        ALTER TABLE label_judgments ADD COLUMN features JSON;
+        """,
+    )
+)
+
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -20,11 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, ScoringTemplate
 from appliance.judging.templates import (
     REFUSAL,
     ConversationTemplate,
     LikertTemplate,
     load_conversation_template,
+    load_judge_template,
     load_likert_template,
     render,
 )
@@ -34,6 +36,7 @@ from appliance.scenarios.pingpong.judging import (
     JudgingSettings,
     judge_conversation,
     judge_each_turn,
+    judge_turn_likelihood,
 )
 from appliance.store.records import JudgmentRecord, ScoreRecord
 from appliance.tomlfile import read_toml
@@ -107,6 +110,9 @@ class PingPongFamily(JudgedFamily):
     support_roles: tuple[SupportRole, ...] = ("interrogator",)
     judge_template = JUDGE_TEMPLATE.removesuffix(".toml")
     calibrated_metric = "final"
+    scores_likelihood = True
+    #: PingPong's overall score is calibrated to FED's turn-level Overall (0-4) under a likelihood panel
+    calibration_target = ("fed-turn", "Overall")
 
     def __init__(
         self,
@@ -120,8 +126,10 @@ class PingPongFamily(JudgedFamily):
         conversation_judge_path: Path,
         judging: JudgingSettings,
         judging_path: Path,
+        judges_folder: Path | None = None,
     ) -> None:
         self.folder = folder
+        self.judges_folder = judges_folder or judge_path.parent
         self.cards = cards
         self.situations = situations
         self.prompts = prompts
@@ -133,6 +141,7 @@ class PingPongFamily(JudgedFamily):
         self.judging_path = judging_path
         if judging.mode == "conversation":
             self.judge_template = conversation_judge.name
+        self._scoring_templates: dict[str, ScoringTemplate] = {}
 
     @classmethod
     def load(cls, folder: Path, judges_folder: Path, prompts_folder: Path | None = None) -> PingPongFamily:
@@ -172,6 +181,7 @@ class PingPongFamily(JudgedFamily):
             conversation_path,
             judging,
             judging_path,
+            judges_folder,
         )
 
     def instances(self) -> list[Instance]:
@@ -228,12 +238,49 @@ class PingPongFamily(JudgedFamily):
         assert isinstance(instance, PingPongInstance)
         card = instance.card
         variables = {"name": card.name, "description": card.description.strip(), "situation": instance.situation.text}
+        if ctx.likelihood_template is not None:
+            template = self.scoring_template(ctx.likelihood_template)
+            ctx.metadata["judging"] = f"likelihood ({template.name})"
+            await judge_turn_likelihood(ctx, template, variables, card.greeting, judges, panel)
+            ctx.scores.extend(likelihood_scores(ctx.judgments, template, panel=panel, player=ctx.model_for("player")))
+            return
         ctx.metadata["judging"] = self.judging.mode
         if self.judging.mode == "conversation":
             await judge_conversation(ctx, self.conversation_judge, variables, card.greeting, judges, panel)
         else:
             await judge_each_turn(ctx, self.likert, variables, card.greeting, judges, panel)
         ctx.scores.extend(episode_scores(ctx.judgments, panel=panel, player=ctx.model_for("player")))
+
+    def scoring_template(self, name: str) -> ScoringTemplate:
+        """A likelihood panel's template from judges/ (read once per family)."""
+        cached = self._scoring_templates.get(name)
+        if cached is None:
+            loaded = load_judge_template(self.judges_folder / f"{name}.toml")
+            if not isinstance(loaded, LikelihoodTemplate | ExpectedScoreTemplate):
+                raise ApplianceError(
+                    f"{self.judges_folder / f'{name}.toml'}: field 'mode': expected 'likelihood' or 'expected' "
+                    f"for a likelihood panel, found '{loaded.mode}'"
+                )
+            cached = self._scoring_templates[name] = loaded
+        return cached
+
+
+def likelihood_scores(
+    judgments: list[JudgmentRecord], template: ScoringTemplate, *, panel: str, player: str
+) -> list[ScoreRecord]:
+    """A likelihood panel's episode scores: `final` is the panel mean of the summary feature per reply,
+    then the mean over replies (raw; its calibration maps it to a human scale). Likelihood judges
+    score no separate criteria and flag no refusals, so those metrics stay empty."""
+    per_turn: dict[int, list[float]] = {}
+    for judgment in judgments:
+        if judgment.template == template.name and judgment.criterion == template.summary and judgment.score is not None:
+            per_turn.setdefault(judgment.target_idx, []).append(judgment.score)
+    unparsed = {(j.judge, j.target_idx) for j in judgments if not j.parsed}
+    turn_means = [mean(values) for values in per_turn.values()]
+    values: dict[str, float | None] = dict.fromkeys((*CRITERIA, "refusal"))
+    values["final"] = mean(turn_means) if turn_means else None
+    values["unparsed_verdicts"] = float(len(unparsed))
+    return [ScoreRecord(panel=panel, player=player, metric=metric, value=value) for metric, value in values.items()]
 
 
 def _own_or_default(folder: Path, default_folder: Path | None, name: str) -> Path:

@@ -20,8 +20,11 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
     means, median_of_means = reply_lengths(episodes, run.messages(speaker="player"))
     factors = {player: length_factor(value, median_of_means) for player, value in means.items()}
     scores: dict[str, dict[str, float | None]] = {}
+    calibrated: dict[str, float | None] = {}
     for score in run.scores(panels=[panel_name], metrics=["final", "refusal"]):
         scores.setdefault(score.episode_id, {})[score.metric] = score.value
+        if score.metric == "final":
+            calibrated[score.episode_id] = score.calibrated_value
     units = []
     for episode in (e for e in episodes if e.finished):
         own = scores.get(episode.episode_id, {})
@@ -35,6 +38,7 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
                     "final": final,
                     "ln_score": None if final is None else final * factors.get(episode.player, 1.0),
                     "refused": None if own.get("final") is None else float(refused),
+                    "calibrated": None if refused else calibrated.get(episode.episode_id),
                 },
             )
         )
@@ -44,6 +48,11 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
             HeadlineMetric("final", mean_of("final"), description="mean of the criteria (1-5), refusals left out"),
             HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final"),
             HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False),
+            *(
+                [HeadlineMetric("calibrated", mean_of("calibrated"), description="final on a human scale")]
+                if any(value is not None for value in calibrated.values())
+                else []
+            ),
         ],
         settings={"judging": judging_mode(episodes), "panel": panel_name},
     )

@@ -6,17 +6,26 @@ reasoning, in one request. `turn`: each judge rates each reply in its own
 request, seeing the conversation up to it; it is the mode calibration label
 sets (single turns) fit. Both write the same per-turn verdict rows, so the
 scores and the report do not depend on the mode.
+
+A likelihood panel (`Panel.judging = "likelihood"`) reads each judge's
+probabilities instead: `judge_turn_likelihood` stores every reply's features
+(one row per feature), and a calibration turns them into a human score.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+import json
+import math
+from collections.abc import Coroutine
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.judging.scoring import scoring_features
+from appliance.judging.scoring_templates import ScoringTemplate
 from appliance.judging.templates import ConversationTemplate, LikertTemplate, render
 from appliance.judging.verdicts import ask_judge
 from appliance.store.records import JudgmentRecord, MessageRecord
@@ -114,4 +123,48 @@ async def judge_each_turn(
                 requests.append(ask_judge(ctx, template, shown, judge_model=judge, panel=panel, target_idx=message.idx))
         label = name if message.speaker == "player" else "User"
         dialogue_lines.append(f"{label}: {message.text.strip()}")
+    await asyncio.gather(*requests)
+
+
+async def judge_turn_likelihood(
+    ctx: EpisodeContext,
+    template: ScoringTemplate,
+    variables: dict[str, str],
+    greeting: str,
+    judges: list[str],
+    panel: str,
+) -> None:
+    """Every judge's features of every reply, reading the conversation up to it; one row per feature."""
+    name = variables["name"]
+    lines = [f"{name}: {greeting}"] if greeting else []
+    requests: list[Coroutine[Any, Any, None]] = []
+
+    async def one(judge: str, target: int, shown: dict[str, str]) -> None:
+        try:
+            features: dict[str, float] | None = await scoring_features(ctx, template, shown, judge, f"lik-{target}")
+            raw = json.dumps(features)
+        except EpisodeFailed as error:  # the conversation does not fit this judge: no features
+            features, raw = None, f"judge context overflow: {error}"
+        for output in template.outputs():
+            value = None if features is None else features.get(output)
+            ctx.judgments.append(
+                JudgmentRecord(
+                    panel=panel,
+                    judge=judge,
+                    mode=template.mode,
+                    template=template.name,
+                    target_idx=target,
+                    criterion=output,
+                    score=value if value is not None and math.isfinite(value) else None,
+                    raw_text=raw,
+                    parsed=features is not None,
+                )
+            )
+
+    for message in ctx.messages:
+        if message.speaker == "player":
+            shown = {**variables, "context": "\n".join(lines), "response": message.text.strip(), "speaker": name}
+            requests.extend(one(judge, message.idx, shown) for judge in judges)
+        label = name if message.speaker == "player" else "User"
+        lines.append(f"{label}: {message.text.strip()}")
     await asyncio.gather(*requests)

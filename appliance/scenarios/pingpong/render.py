@@ -54,6 +54,9 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             *([_number(row.calibrated_final), _interval(row.calibrated_final_ci)] if board.calibration else []),
         )
     console.print(table)
+    if board.judging.startswith("likelihood"):
+        _print_likelihood_notes(console, board)
+        return
     console.print(
         f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
         f"conversations). A conversation with a refusal (a majority of judges flagged a turn) counts in "
@@ -70,3 +73,29 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         )
     if len(board.panels) > 1:
         console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")
+
+
+def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> None:
+    """What a likelihood panel's columns mean, and which criteria have human labels behind them."""
+    console.print(
+        f"Judging: {board.judging}, the judges' token probabilities (nothing sampled). final = how much likelier "
+        "positive than negative follow-ups are after each reply (mean log-probability per token), panel mean, "
+        "mean over turns, then over conversations; LN score applies PingPong's length factor to it. Intervals: "
+        "bootstrap over conversations."
+    )
+    if board.calibration:
+        c = board.calibration
+        console.print(
+            f"calibrated = the judges' features mapped to human '{c['criterion']}' of label set "
+            f"'{c['label_set']}' (scale {c['human_scale']}) by calibration {c['calibration_id']} "
+            f"(template {c['template']}); its held-out report: judges/calibrations/."
+        )
+    else:
+        console.print(
+            "No calibration of this panel fits its template (run appliance calibrate): scores are raw features."
+        )
+    console.print(
+        "Criteria: in-character has no human label set here (none of the stored sets rates role consistency), so "
+        "a likelihood panel leaves it, entertaining and fluent empty, and flags no refusals; use a sampled panel "
+        "(--panel sampled) for those columns."
+    )

@@ -1,0 +1,277 @@
+"""Calibrating probability-reading judges: features combined into a score on the human scale.
+
+Per judge, a monotone ridge regression on its standardised features (each feature in the direction
+the fitting part shows, with a non-negative weight), the penalty chosen by K-fold
+cross-validation inside the fitting part. The panel combines its judges' predictions with
+non-negative weights that sum to one, fitted on out-of-fold predictions (each judge's model
+refitted without the fold), so a judge that only fits its own training items gains nothing.
+Everything here sees the fitting part only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from appliance.calibration.metrics import spearman
+
+ALPHAS = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
+#: coordinate-descent sweeps of the monotone ridge fit (a handful of features: converged long before)
+SWEEPS = 100
+FOLDS = 5
+FeatureColumns = dict[str, np.ndarray]
+
+
+def fold_ids(size: int, folds: int, seed: int) -> np.ndarray:
+    """A seeded assignment of `size` rows to `folds` folds of near-equal size."""
+    ids = np.arange(size) % folds
+    np.random.default_rng(seed).shuffle(ids)
+    return ids
+
+
+@dataclass(frozen=True)
+class RidgeModel:
+    """y ~ intercept + coefs . (x - center) / scale, on the named features."""
+
+    features: tuple[str, ...]
+    center: tuple[float, ...]
+    scale: tuple[float, ...]
+    coefs: tuple[float, ...]
+    intercept: float
+    alpha: float
+
+    def predict(self, columns: FeatureColumns) -> np.ndarray:
+        """NaN for a row missing any of the model's features."""
+        matrix = np.column_stack([columns[name] for name in self.features])
+        standard = (matrix - np.asarray(self.center)) / np.asarray(self.scale)
+        predicted: np.ndarray = self.intercept + standard @ np.asarray(self.coefs)
+        return predicted
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "center": list(self.center),
+            "scale": list(self.scale),
+            "coefs": list(self.coefs),
+            "intercept": self.intercept,
+            "alpha": self.alpha,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RidgeModel:
+        return cls(
+            tuple(data["features"]),
+            tuple(data["center"]),
+            tuple(data["scale"]),
+            tuple(data["coefs"]),
+            float(data["intercept"]),
+            float(data["alpha"]),
+        )
+
+
+def _solve(matrix: np.ndarray, target: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """A monotone ridge fit: each standardised feature enters in the direction its rank correlation with
+    the target shows on these rows, with a non-negative weight (coordinate descent on the penalised
+    squared error). A feature whose direction flips from one sample to another is left out rather than
+    fitted with a sign that noise chose."""
+    center = matrix.mean(axis=0)
+    scale = matrix.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    standard = (matrix - center) / scale
+    intercept = float(target.mean())
+    residual_target = target - intercept
+    signs = np.asarray([1.0 if (spearman(column, target) or 0.0) >= 0 else -1.0 for column in standard.T])
+    oriented = standard * signs
+    weights = np.zeros(oriented.shape[1])
+    norms = (oriented**2).sum(axis=0) + alpha
+    residual = residual_target.copy()
+    for _ in range(SWEEPS):
+        for k in range(oriented.shape[1]):
+            residual += oriented[:, k] * weights[k]
+            weights[k] = max(0.0, float(oriented[:, k] @ residual) / norms[k])
+            residual -= oriented[:, k] * weights[k]
+    return center, scale, weights * signs, intercept
+
+
+def _complete_rows(columns: FeatureColumns, features: list[str], target: np.ndarray) -> np.ndarray:
+    present = np.isfinite(target)
+    for name in features:
+        present &= np.isfinite(columns[name])
+    rows: np.ndarray = present
+    return rows
+
+
+def fit_ridge(columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS) -> RidgeModel | None:
+    """The monotone ridge model with the penalty of least cross-validated squared error; None without enough
+    rows."""
+    features = sorted(columns)
+    rows = _complete_rows(columns, features, target)
+    if rows.sum() < max(folds * 2, len(features) + 2):
+        return None
+    matrix = np.column_stack([columns[name][rows] for name in features])
+    y = target[rows]
+    assignment = fold_ids(len(y), folds, seed)
+
+    def cv_error(alpha: float) -> float:
+        errors = []
+        for fold in range(folds):
+            train, test = assignment != fold, assignment == fold
+            center, scale, coefs, intercept = _solve(matrix[train], y[train], alpha)
+            predicted = intercept + ((matrix[test] - center) / scale) @ coefs
+            errors.append(np.mean((predicted - y[test]) ** 2))
+        return float(np.mean(errors))
+
+    alpha = min(ALPHAS, key=cv_error)
+    center, scale, coefs, intercept = _solve(matrix, y, alpha)
+    return RidgeModel(
+        tuple(features), tuple(map(float, center)), tuple(map(float, scale)), tuple(map(float, coefs)), intercept, alpha
+    )
+
+
+def out_of_fold(columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS) -> np.ndarray:
+    """Each row predicted by a model fitted (penalty chosen too) without the row's fold."""
+    predicted = np.full(len(target), np.nan)
+    assignment = fold_ids(len(target), folds, seed + 1)
+    for fold in range(folds):
+        train = assignment != fold
+        model = fit_ridge({k: v[train] for k, v in columns.items()}, target[train], seed=seed)
+        if model is not None:
+            test = assignment == fold
+            predicted[test] = model.predict({k: v[test] for k, v in columns.items()})
+    return predicted
+
+
+def simplex_weights(predictions: np.ndarray, target: np.ndarray, steps: int = 2000) -> np.ndarray:
+    """Non-negative weights summing to one that minimise the squared error of the weighted mean.
+
+    Exponentiated gradient descent on the rows where every prediction is present; equal
+    weights when no row is.
+    """
+    judges = predictions.shape[1]
+    weights = np.full(judges, 1.0 / judges)
+    rows = np.isfinite(target) & np.isfinite(predictions).all(axis=1)
+    if not rows.any():
+        return weights
+    x, y = predictions[rows], target[rows]
+    rate = 1.0 / max(float(np.mean(x**2)), 1e-9)
+    for _ in range(steps):
+        gradient = 2.0 * x.T @ (x @ weights - y) / len(y)
+        weights = weights * np.exp(-rate * gradient)
+        weights /= weights.sum()
+    return weights
+
+
+@dataclass(frozen=True)
+class FeatureCalibration:
+    """Per judge a ridge model of its features; the panel a weighted mean of the judges' predictions."""
+
+    judges: dict[str, RidgeModel]
+    weights: dict[str, float]
+    human_scale: tuple[float, float]
+
+    def judge_prediction(self, judge: str, columns: FeatureColumns) -> np.ndarray:
+        """On the human scale (clipped to it); NaN where a feature is missing."""
+        predicted: np.ndarray = np.clip(self.judges[judge].predict(columns), *self.human_scale)
+        return predicted
+
+    def predict(self, by_judge: dict[str, FeatureColumns]) -> np.ndarray:
+        """The weighted mean of the judges present for each row (weights renormalised), NaN if none."""
+        size = len(next(iter(next(iter(by_judge.values())).values())))
+        total, weight = np.zeros(size), np.zeros(size)
+        for judge, judge_weight in self.weights.items():
+            if judge not in by_judge or judge not in self.judges or judge_weight <= 0:
+                continue
+            predicted = self.judge_prediction(judge, by_judge[judge])
+            present = np.isfinite(predicted)
+            total[present] += judge_weight * predicted[present]
+            weight[present] += judge_weight
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "features",
+            "judges": {judge: model.to_json() for judge, model in self.judges.items()},
+            "weights": self.weights,
+            "human_scale": list(self.human_scale),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FeatureCalibration:
+        low, high = data["human_scale"]
+        return cls(
+            {judge: RidgeModel.from_json(model) for judge, model in data["judges"].items()},
+            {judge: float(weight) for judge, weight in data["weights"].items()},
+            (float(low), float(high)),
+        )
+
+
+def fit_feature_calibration(
+    by_judge: dict[str, FeatureColumns], human: np.ndarray, human_scale: tuple[float, float], *, seed: int
+) -> FeatureCalibration:
+    """Judges' models on the fitting part, and panel weights from their out-of-fold predictions."""
+    models: dict[str, RidgeModel] = {}
+    cross_fitted: dict[str, np.ndarray] = {}
+    for judge, columns in by_judge.items():
+        model = fit_ridge(columns, human, seed=seed)
+        if model is not None:
+            models[judge] = model
+            cross_fitted[judge] = np.clip(out_of_fold(columns, human, seed=seed), *human_scale)
+    names = sorted(models)
+    weights = simplex_weights(np.column_stack([cross_fitted[j] for j in names]), human) if names else np.zeros(0)
+    return FeatureCalibration(models, {j: float(w) for j, w in zip(names, weights, strict=True)}, human_scale)
+
+
+#: tie bands tried for a pairwise calibration, in units of the predicted preference (-1..1)
+PAIR_TIE_BANDS = (0.0, 0.05, 0.1, 0.2, 0.3)
+
+
+def decide(score: np.ndarray, band: float) -> np.ndarray:
+    """+1 / -1 outside the tie band, 0 inside it, NaN where the score is missing."""
+    decided = np.where(score > band, 1.0, np.where(score < -band, -1.0, 0.0))
+    result: np.ndarray = np.where(np.isfinite(score), decided, np.nan)
+    return result
+
+
+@dataclass(frozen=True)
+class PairFeatureCalibration:
+    """A feature calibration of the preference (-1..1) from the pair's feature differences, and a tie band."""
+
+    features: FeatureCalibration
+    tie_band: float
+
+    def predict(self, by_judge: dict[str, FeatureColumns]) -> np.ndarray:
+        return decide(self.features.predict(by_judge), self.tie_band)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.features.to_json() | {"kind": "pair_features", "tie_band": self.tie_band}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PairFeatureCalibration:
+        return cls(FeatureCalibration.from_json(data), float(data["tie_band"]))
+
+
+def fit_pair_feature_calibration(
+    by_judge: dict[str, FeatureColumns], human: np.ndarray, *, seed: int
+) -> PairFeatureCalibration:
+    """The regression of the human majority (-1, 0, +1) on the feature differences; the tie band with the
+    best agreement on the fitting part's out-of-fold panel predictions."""
+    features = fit_feature_calibration(by_judge, human, (-1.0, 1.0), seed=seed)
+    cross_fitted = [
+        np.clip(out_of_fold(columns, human, seed=seed), -1.0, 1.0)
+        for judge, columns in by_judge.items()
+        if judge in features.judges
+    ]
+    if not cross_fitted:
+        return PairFeatureCalibration(features, 0.0)
+    with np.errstate(invalid="ignore"):
+        score = np.nanmean(np.vstack(cross_fitted), axis=0)
+
+    def agreement(band: float) -> float:
+        decided = decide(score, band)
+        present = np.isfinite(decided) & np.isfinite(human)
+        return float(np.mean(decided[present] == human[present])) if present.any() else 0.0
+
+    return PairFeatureCalibration(features, max(PAIR_TIE_BANDS, key=agreement))

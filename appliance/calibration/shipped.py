@@ -1,0 +1,73 @@
+"""Calibrations shipped with the project: judges/calibrations/<panel>/<template>__<labels>__<criterion>.*
+
+`appliance calibrate --ship` writes the calibration (`.json`, what runs apply when the store has
+no newer one) and its held-out report (`.md`, for people); `make calibrations` regenerates every
+shipped file from the human labels in ../shared.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from appliance.store.records import CalibrationRecord
+
+SHIPPED_FOLDER = "calibrations"
+_METRICS = ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
+
+
+def shipped_stem(record: CalibrationRecord) -> str:
+    criterion = re.sub(r"[^A-Za-z0-9]+", "-", record.criterion).strip("-")
+    return f"{record.template}__{record.label_set}__{criterion}"
+
+
+def write_shipped(judges_folder: Path, record: CalibrationRecord, report: dict[str, Any]) -> tuple[Path, Path]:
+    folder = judges_folder / SHIPPED_FOLDER / record.panel
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = shipped_stem(record)
+    calibration = folder / f"{stem}.json"
+    calibration.write_text(record.model_dump_json(indent=1) + "\n")
+    held_out = folder / f"{stem}.md"
+    held_out.write_text(report_markdown(record, report))
+    return calibration, held_out
+
+
+def _cell(metric: Any) -> str:
+    if not isinstance(metric, dict) or metric.get("value") is None:
+        return "-"
+    ci = metric.get("ci")
+    return f"{metric['value']:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
+    """The held-out report as a Markdown table, with what was fitted and how it was measured."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for judge, row in report["judges"].items():
+        rows.append((f"{judge} (summary feature alone)", row))
+        if "calibrated" in row:
+            rows.append((f"{judge} (calibrated)", row["calibrated"]))
+    rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
+    for judge, by_feature in report.get("features", {}).items():
+        rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
+    weights = record.model.get("weights", {})
+    lines = [
+        f"# Calibration {record.calibration_id}",
+        "",
+        f"Panel `{record.panel}` ({', '.join(record.judges)}), template `{record.template}` "
+        f"(fingerprint {record.model.get('template_fingerprint')}), label set `{record.label_set}`, "
+        f"criterion `{record.criterion}`, human scale {record.model.get('human_scale')} (from the fitting part).",
+        f"Items: {len(record.fit_items)} fitted, {len(record.heldout_items)} held out (seed {record.seed}). "
+        f"Panel weights (cross-fitted): {', '.join(f'{j} {w:.2f}' for j, w in weights.items())}.",
+        "",
+        "Held-out agreement with the human mean, 95% bootstrap intervals (items sharing a context resampled "
+        "together). `spearman_like_for_like`: against the mean of all annotators but one, averaged over the "
+        "one left out, which is how `human_ceiling` compares an annotator with the others.",
+        "",
+        "| row | n | " + " | ".join(_METRICS) + " |",
+        "|---|---:|" + "---:|" * len(_METRICS),
+    ]
+    for label, row in rows:
+        count = row.get("n", row.get("annotators", ""))
+        lines.append(f"| {label} | {count} | " + " | ".join(_cell(row.get(m)) for m in _METRICS) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""A probability-reading judge's requests: every feature of one text from one judge, batched."""
+
+from __future__ import annotations
+
+import asyncio
+from statistics import fmean
+
+from appliance.episodes import EpisodeContext
+from appliance.judging.scoring_templates import (
+    BASELINE,
+    FOLLOWUP,
+    GAIN,
+    LOGPROB,
+    NEGATIVE,
+    PMI,
+    POSITIVE,
+    PRIOR,
+    TOKENS,
+    ExpectedScoreTemplate,
+    ScoringTemplate,
+    expected_score,
+    scoring_variables,
+)
+from appliance.judging.templates import render
+
+
+async def scoring_features(
+    ctx: EpisodeContext, template: ScoringTemplate, variables: dict[str, str], judge: str, conversation: str
+) -> dict[str, float]:
+    """Every feature of one text from one judge; all its requests go out at once (they share prefixes)."""
+    filled = scoring_variables(template, variables)
+    source = f"judges/{template.name}.toml"
+    if isinstance(template, ExpectedScoreTemplate):
+        scores = await ctx.score(
+            "judge",
+            render(template.prompt, filled, source),
+            choices=template.choices(),
+            model=judge,
+            conversation=conversation,
+        )
+        return expected_score(list(scores.choice_logprobs), template.scale_min)
+
+    async def mean_logprob(prompt: str, continuation: str, key: str) -> tuple[float, int]:
+        scores = await ctx.score(
+            "judge",
+            render(prompt, filled, source),
+            continuation=render(continuation, filled, source),
+            model=judge,
+            conversation=f"{conversation}-{key}",
+        )
+        return scores.mean, len(scores.token_logprobs)
+
+    followups = [" " + text.strip() for text in (*template.positive, *template.negative)]
+    prompts = [template.followup_prompt, *([template.baseline_prompt] if template.baseline_prompt else [])]
+    requests = [
+        mean_logprob(prompt, text, f"{kind}{i}")
+        for kind, prompt in zip("fb", prompts, strict=False)
+        for i, text in enumerate(followups)
+    ]
+    if template.continuation:
+        requests.append(mean_logprob(template.prompt, template.continuation, "c"))
+    if template.prior_prompt:
+        requests.append(mean_logprob(template.prior_prompt, template.continuation, "p"))
+    results = await asyncio.gather(*requests)
+    count, split = len(followups), len(template.positive)
+    after = [value for value, _ in results[:count]]
+    features = {
+        FOLLOWUP: fmean(after[:split]) - fmean(after[split:]),
+        POSITIVE: fmean(after[:split]),
+        NEGATIVE: fmean(after[split:]),
+    }
+    rest = results[count:]
+    if template.baseline_prompt:
+        before = [value for value, _ in rest[:count]]
+        features[BASELINE] = fmean(before[:split]) - fmean(before[split:])
+        features[GAIN] = features[FOLLOWUP] - features[BASELINE]
+        rest = rest[count:]
+    if template.continuation:
+        (logprob, tokens), rest = rest[0], rest[1:]
+        features |= {LOGPROB: logprob, TOKENS: float(tokens)}
+        if template.prior_prompt:
+            prior, _ = rest[0]
+            features |= {PRIOR: prior, PMI: (logprob - prior) * tokens}
+    return features

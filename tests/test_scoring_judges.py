@@ -1,0 +1,387 @@
+"""Scoring requests in the engine, likelihood judges, and the calibration that combines their features."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as C
+import numpy as np
+import pytest
+
+from appliance.bench.scoring import scoring_bench
+from appliance.calibration.apply import pick_calibrations, stale_calibrations
+from appliance.calibration.features import FeatureCalibration, RidgeModel, fit_ridge, simplex_weights
+from appliance.calibration.metrics import bootstrap_metrics
+from appliance.calibration.pipeline import CalibrationRequest, choose_criterion, run_calibration
+from appliance.calibration.shipped import write_shipped
+from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.engine.backend import Backend
+from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.engine.scoring import log_softmax
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import Completion, GenerationRequest, ScoringRequest, TokenScores
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
+from appliance.judging.templates import load_judge_template
+from appliance.labels.model import HumanLabel, LabelSet
+from appliance.runner import RunConfig, Runner
+from appliance.scenarios.pingpong.family import PingPongFamily
+from appliance.scenarios.pingpong.report import build_leaderboard
+from appliance.store import Store
+from appliance.store.labels import write_calibration
+from appliance.store.records import CalibrationRecord
+from tests.fakes import scripted_factory
+from tests.test_calibration import import_rows
+
+REPO = Path(__file__).resolve().parent.parent
+CONTEXT = (
+    "User: Hi! How was your weekend?\nSystem: It was great, I went hiking in the mountains with my brother "
+    "and we saw a bear from far away.\nUser: Wow, that sounds scary. Were you afraid of it?\n"
+) * 2 + "System:"
+CONTINUATIONS = (" Not really, it was far away.", " I like pizza a lot", " Yes")
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Iterator[LlamaCppBackend]:
+    catalog = load_catalog(REPO / "models.toml")
+    backend = LlamaCppBackend(catalog.resolve_path(catalog.get("smollm2-135m")), name="smollm2-135m", slots=8)
+    yield backend
+    backend.close()
+
+
+def run_all(backend: LlamaCppBackend, requests: list[GenerationRequest]) -> list[Completion]:
+    tickets = {backend.submit(request): index for index, request in enumerate(requests)}
+    done: dict[int, Completion] = {}
+    while backend.busy:
+        for ticket, completion in backend.step():
+            done[tickets[ticket]] = completion
+    return [done[index] for index in range(len(requests))]
+
+
+def raw_llama_scores(backend: LlamaCppBackend, prompt: str, continuation: str, choices: tuple[str, ...]) -> TokenScores:
+    """The same numbers read straight from llama.cpp: one context, one decode of everything, all logits."""
+    model = backend.model
+    head = model.tokenize(prompt, parse_special=True)
+    tokens = head + model.tokenize(continuation, parse_special=False, add_bos=False)
+    choice_ids = [model.tokenize(choice, parse_special=False, add_bos=False)[0] for choice in choices]
+    params = C.llama_context_default_params()
+    params.n_ctx = params.n_batch = params.n_ubatch = 1024
+    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.n_threads = params.n_threads_batch = 2
+    context = C.llama_init_from_model(model.handle, params)
+    batch = C.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for index, token in enumerate(tokens):
+            batch.token[index], batch.pos[index], batch.n_seq_id[index] = token, index, 1
+            batch.seq_id[index][0], batch.logits[index] = 0, 1
+        batch.n_tokens = len(tokens)
+        assert C.llama_decode(context, batch) == 0
+        rows = [log_softmax(model.logits_row(context, i)) for i in range(len(tokens))]
+    finally:
+        C.llama_batch_free(batch)
+        C.llama_free(context)
+    return TokenScores(
+        token_logprobs=tuple(float(rows[i][tokens[i + 1]]) for i in range(len(head) - 1, len(tokens) - 1)),
+        choice_logprobs=tuple(float(rows[-1][choice]) for choice in choice_ids),
+    )
+
+
+def test_scoring_logprobs_equal_the_raw_llama_cpp_api_batched_reused_and_alone(smollm2: LlamaCppBackend) -> None:
+    requests = [
+        GenerationRequest(prompt=prompt, scoring=ScoringRequest(continuation=text, choices=(" yes", " no")))
+        for prompt in (CONTEXT, "User: What is your favourite food?\nSystem:")
+        for text in CONTINUATIONS
+    ]
+    batched = run_all(smollm2, requests)
+    for request, completion in zip(requests, batched, strict=True):
+        assert request.scoring is not None
+        expected = raw_llama_scores(smollm2, request.prompt or "", request.scoring.continuation, (" yes", " no"))
+        assert completion.scores == expected  # bit for bit, not approximately
+        assert len(expected.token_logprobs) == smollm2.count_tokens(request.scoring.continuation) - (
+            1 if smollm2.model.add_bos else 0
+        )
+    # The long context was prefilled once: its later continuations started from the shared prefix.
+    assert batched[1].cached_prompt_tokens > 60 and batched[2].cached_prompt_tokens > 60
+    again = run_all(smollm2, requests)  # every prefix now cached
+    assert all(c.cached_prompt_tokens > 0 for c in again)
+    assert [c.scores for c in again] == [c.scores for c in batched]
+    smollm2.forget_caches()
+    alone = [run_all(smollm2, [request])[0] for request in reversed(requests)]
+    assert [c.scores for c in reversed(alone)] == [c.scores for c in batched]
+
+
+def test_a_choice_of_several_tokens_is_refused_with_the_model_named(smollm2: LlamaCppBackend) -> None:
+    (completion,) = run_all(
+        smollm2, [GenerationRequest(prompt="Score:", scoring=ScoringRequest(choices=("1", " incomprehensibly")))]
+    )
+    assert completion.finish_reason == "error" and completion.scores is None
+    assert "smollm2-135m" in (completion.error or "") and "incomprehensibly" in (completion.error or "")
+
+
+def test_expected_score_weights_the_digits_and_reports_their_entropy() -> None:
+    certain = expected_score([0.0, -50.0, -50.0], scale_min=1)
+    assert certain["expected"] == pytest.approx(1.0) and certain["entropy"] == pytest.approx(0.0, abs=1e-9)
+    even = expected_score([-1.0, -1.0, -1.0], scale_min=1)
+    assert even["expected"] == pytest.approx(2.0) and even["entropy"] == pytest.approx(np.log(3))
+
+
+def test_a_long_context_keeps_its_last_whole_lines() -> None:
+    text = "\n".join(f"line {n} " + "x" * 40 for n in range(100))
+    kept = tail_lines(text, 200)
+    assert len(kept) <= 200 and kept.endswith("line 99 " + "x" * 40) and kept.startswith("line ")
+
+
+def test_ridge_chooses_its_penalty_inside_the_fit_and_finds_the_informative_feature() -> None:
+    rng = np.random.default_rng(0)
+    signal, noise = rng.normal(size=200), rng.normal(size=200)
+    target = 2.0 + 0.8 * signal + rng.normal(scale=0.3, size=200)
+    model = fit_ridge({"signal": signal, "noise": noise}, target, seed=1)
+    assert model is not None
+    coefs = dict(zip(model.features, model.coefs, strict=True))
+    assert coefs["signal"] > 0.6 and abs(coefs["noise"]) < 0.1
+    weights = simplex_weights(np.column_stack([target + rng.normal(scale=0.1, size=200), np.full(200, 2.0)]), target)
+    assert weights[0] > 0.9 and weights.sum() == pytest.approx(1.0)
+
+
+def test_items_sharing_a_context_are_resampled_together() -> None:
+    clusters = np.asarray(["a", "a", "a", "b", "c", "c"])
+    seen: list[np.ndarray] = []
+
+    def compute(rows: np.ndarray) -> dict[str, float | None]:
+        seen.append(rows)
+        return {"n": float(len(rows))}
+
+    bootstrap_metrics(compute, 6, seed=0, resamples=50, clusters=clusters)
+    for rows in seen:
+        labels = clusters[rows]
+        for label, size in (("a", 3), ("c", 2)):
+            assert np.count_nonzero(labels == label) % size == 0  # whole clusters only
+
+
+# -- calibration of likelihood judges on labelled items (scripted judges that read the hidden quality) --
+
+
+def quality_scorer(request: GenerationRequest) -> TokenScores:
+    """Log-probabilities that rise with the quality written in the response, plus noise from the text."""
+    assert request.scoring is not None
+    text = f"{request.prompt}{request.scoring.continuation}"
+    qualities = re.findall(r"quality (\d+)", text)
+    level = int(qualities[-1]) if qualities else 5
+    noise = random.Random(text).uniform(-0.3, 0.3)
+    words = max(1, len(request.scoring.continuation.split()))
+    return TokenScores(token_logprobs=tuple([-(10 - level) / 3 + noise] * words))
+
+
+def feature_judges(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
+    return ScriptedBackend(spec.name, lambda request: "", scorer=quality_scorer)
+
+
+def feature_rows(heldout: dict[str, float] | None = None, shift: str | None = None) -> list[dict[str, Any]]:
+    rng = random.Random(5)
+    rows = []
+    for n in range(48):
+        quality = rng.randint(0, 9)
+        human = (heldout or {}).get(f"item-{n:02d}", quality * 4 / 9)
+        if f"item-{n:02d}" == shift:
+            human = 4.0 - human
+        rows.append(
+            {
+                "item_id": f"item-{n:02d}",
+                "texts": {"context": f"User: topic {n % 12}", "response": f"reply of quality {quality}"},
+                "labels": [
+                    {"annotator": "a", "criterion": "overall", "value": round(human, 2)},
+                    {"annotator": "b", "criterion": "overall", "value": round(min(4.0, human + 0.4), 2)},
+                ],
+            }
+        )
+    return rows
+
+
+def calibrate_features(store: Store) -> Any:
+    request = CalibrationRequest(
+        Panel(name="duo", judges=["smollm2-135m", "gemma3-270m"]),
+        "synthetic",
+        criterion="overall",
+        template="turn_likelihood",
+        seed=3,
+        resamples=200,
+    )
+    return run_calibration(
+        store, load_catalog(REPO / "models.toml"), request, REPO / "judges", backend_factory=feature_judges
+    )
+
+
+def test_features_are_stored_with_the_verdicts_and_held_out_items_never_reach_the_fit(tmp_path: Path) -> None:
+    template = load_judge_template(REPO / "judges" / "turn_likelihood.toml")
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, feature_rows())
+        first = calibrate_features(store)
+        stored = store.query("SELECT features, score FROM label_judgments")
+        assert len(stored) == 96  # 48 items x 2 judges
+        for features, score in stored:
+            values = json.loads(features)
+            assert set(values) == set(template.outputs())
+            assert score == values["followup"]  # the template's summary feature is the verdict's score
+        report = first.report
+        assert report["kind"] == "turn" and report["model"]["kind"] == "features"
+        assert report["panel_calibrated"]["spearman"]["value"] > 0.9
+        assert set(report["features"]["smollm2-135m"]) == set(template.outputs())
+        assert "spearman_like_for_like" in report["panel_calibrated"]
+        low, high = report["human_scale"]
+        assert 0.0 <= low < high <= 4.0  # from the fitting part's annotator values
+        # Every held-out label rewritten: the fitted models and weights stay; the held-out report moves.
+        import_rows(store, tmp_path, feature_rows(heldout={i: 0.0 for i in first.record.heldout_items}))
+        second = calibrate_features(store)
+        assert second.record.model == first.record.model
+        assert second.record.metrics["panel_calibrated"] != first.record.metrics["panel_calibrated"]
+        import_rows(store, tmp_path, feature_rows(shift=first.record.fit_items[0]))
+        assert calibrate_features(store).record.model != first.record.model  # the check above could fail
+
+
+# -- a likelihood panel in a run: features per reply, the calibration that applies, and the one that does not --
+
+
+def likelihood_calibration(panel: Panel, fingerprint: str, calibration_id: str) -> CalibrationRecord:
+    model = FeatureCalibration(
+        {judge: RidgeModel(("followup",), (0.0,), (1.0,), (1.0,), 2.0, 1.0) for judge in panel.judges},
+        dict.fromkeys(panel.judges, 1.0 / len(panel.judges)),
+        (0.0, 4.0),
+    )
+    return CalibrationRecord(
+        calibration_id=calibration_id,
+        created_at=datetime(2026, 1, 1),
+        panel=panel.name,
+        judges=list(panel.judges),
+        label_set="fed-turn",
+        criterion="Overall",
+        template="turn_likelihood",
+        seed=0,
+        fit_items=[],
+        heldout_items=[],
+        model=model.to_json() | {"human_scale": [0.0, 4.0], "template_fingerprint": fingerprint},
+        metrics={},
+    )
+
+
+def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names_the_label_set(
+    tmp_path: Path,
+) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    panel = Panel(name="lik", judges=["smollm2-135m", "gemma3-270m"], judging="likelihood")
+    template = load_judge_template(REPO / "judges" / "turn_likelihood.toml")
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    config = RunConfig(
+        scenarios=["pingpong"],
+        players=["smollm2-135m", "gemma3-270m"],
+        interrogator="smollm2-135m",
+        panel=panel,
+        seed=5,
+        limit=3,
+        turns=2,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        write_calibration(store, likelihood_calibration(panel, "an older template", "cal-stale"))
+        write_calibration(store, likelihood_calibration(panel, template.fingerprint(), "cal-current"))
+        factory = scripted_factory(lambda model, request: f"A reply from {model}.")
+        summary = Runner(catalog, store, backend_factory=factory).execute(config, [family])
+        assert summary.episodes_finished == 6
+        scoring = [r for b in factory.opened.values() for r in b.requests if r.scoring is not None]
+        assert scoring and all(r.grammar is None for r in scoring)  # nothing sampled for the verdicts
+        features = store.query(
+            "SELECT DISTINCT criterion FROM judgments WHERE mode = 'likelihood' AND template = 'turn_likelihood'"
+        )
+        assert {row[0] for row in features} == set(template.outputs())
+        board = build_leaderboard(store, summary.run_id)
+        assert stale_calibrations(store, panel, "turn_likelihood", REPO / "judges") == ["cal-stale"]
+    assert board.calibration is not None and board.calibration["calibration_id"] == "cal-current"
+    assert (board.calibration["label_set"], board.calibration["criterion"]) == ("fed-turn", "Overall")
+    calibrated = [row.calibrated_final for row in board.rows]
+    assert all(value is not None and 0.0 <= value <= 4.0 for value in calibrated)
+    assert len(set(calibrated)) == len(calibrated)  # the scripted features differ, so do the scores
+
+
+def test_a_shipped_calibration_applies_only_to_its_template_version(tmp_path: Path) -> None:
+    panel = Panel(name="lik", judges=["smollm2-135m"], judging="likelihood")
+    judges = tmp_path / "judges"
+    shutil.copytree(REPO / "judges", judges, ignore=shutil.ignore_patterns("calibrations"))
+    fingerprint = load_judge_template(judges / "turn_likelihood.toml").fingerprint()
+    record = likelihood_calibration(panel, fingerprint, "cal-shipped")
+    write_shipped(
+        judges,
+        record,
+        {"judges": {}, **{k: {} for k in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")}},
+    )
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", judges)
+    with Store.open(tmp_path / "db.duckdb") as store:
+        picked = pick_calibrations(store, panel, [family], judges)
+        assert picked["pingpong"].calibration_id == "cal-shipped"
+        assert store.query("SELECT count(*) FROM calibrations")[0][0] == 1  # copied in, so a run can name it
+        template = judges / "turn_likelihood.toml"
+        template.write_text(template.read_text().replace("That makes a lot of sense.", "Fair enough."))
+        assert pick_calibrations(store, panel, [family], judges) == {}
+        assert stale_calibrations(store, panel, "turn_likelihood", judges) == ["cal-shipped"]
+
+
+def test_pairs_are_judged_by_the_difference_of_their_features(tmp_path: Path) -> None:
+    rng = random.Random(2)
+    rows = []
+    for n in range(40):
+        a, b = rng.sample(range(10), 2)
+        rows.append(
+            {
+                "item_id": f"p{n:02d}",
+                "texts": {"instruction": f"task {n}", "response_a": f"quality {a}", "response_b": f"quality {b}"},
+                "labels": [{"annotator": x, "value": "A" if a > b else "B"} for x in ("x", "y", "z")],
+            }
+        )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rows, kind="pairwise")
+        request = CalibrationRequest(
+            Panel(name="duo", judges=["smollm2-135m"]),
+            "synthetic",
+            template="instruction_likelihood",
+            seed=1,
+            resamples=200,
+        )
+        outcome = run_calibration(
+            store, load_catalog(REPO / "models.toml"), request, REPO / "judges", backend_factory=feature_judges
+        )
+        swapped = store.query("SELECT count(*) FROM label_judgments WHERE order_swapped")[0][0]
+    assert swapped == 0  # feature differences cannot depend on the order
+    report = outcome.report
+    assert report["model"]["kind"] == "pair_features"
+    assert report["panel_calibrated"]["agreement"]["value"] >= 0.85  # chance is about 0.5
+    assert report["features"]["smollm2-135m"]["logprob"]["agreement"]["value"] >= 0.85
+
+
+def test_the_scoring_bench_shares_prefixes_and_times_the_raw_prefill_of_the_same_requests(
+    smollm2: LlamaCppBackend,
+) -> None:
+    template = load_judge_template(REPO / "judges" / "turn_likelihood.toml")
+    assert isinstance(template, LikelihoodTemplate)
+    smollm2.forget_caches()
+    result = scoring_bench(smollm2, template, items=2, seed=0)
+    # follow-ups after the reply and after the conversation alone, then the conditional and prior scores
+    per_item = 2 * (len(template.positive) + len(template.negative)) + 2
+    assert result.requests == 2 * per_item
+    assert result.computed_tokens < result.request_tokens / 2  # each context was prefilled once, not ten times
+    assert result.raw_s > 0 and result.ideal_s < result.raw_s
+
+
+def test_a_label_set_with_one_criterion_needs_no_criterion_and_two_need_one() -> None:
+    def labels(*criteria: str) -> LabelSet:
+        rows = [HumanLabel("i1", "a", criterion, 1.0, "1") for criterion in criteria]
+        return LabelSet("coherence-set", "turn", "jsonl", "x.jsonl", [], rows)
+
+    assert choose_criterion(labels("coherence"), None) == "coherence"
+    with pytest.raises(ApplianceError, match="--criterion: label set 'coherence-set' needs one of: coherence, fluency"):
+        choose_criterion(labels("coherence", "fluency"), None)
