@@ -163,6 +163,18 @@ def simplex_weights(predictions: np.ndarray, target: np.ndarray, steps: int = 20
     return weights
 
 
+def weighted_mean_present(predictions: dict[str, np.ndarray], weights: dict[str, float], size: int) -> np.ndarray:
+    """Per row, the weighted mean of the judges whose prediction is present (weights renormalised); NaN if none."""
+    total, weight = np.zeros(size), np.zeros(size)
+    for judge, predicted in predictions.items():
+        present = np.isfinite(predicted)
+        total[present] += weights[judge] * predicted[present]
+        weight[present] += weights[judge]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result: np.ndarray = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan)
+    return result
+
+
 @dataclass(frozen=True)
 class FeatureCalibration:
     """Per judge a ridge model of its features; the panel a weighted mean of the judges' predictions."""
@@ -178,17 +190,13 @@ class FeatureCalibration:
 
     def predict(self, by_judge: dict[str, FeatureColumns]) -> np.ndarray:
         """The weighted mean of the judges present for each row (weights renormalised), NaN if none."""
+        predictions = {
+            judge: self.judge_prediction(judge, columns)
+            for judge, columns in by_judge.items()
+            if judge in self.judges and self.weights.get(judge, 0.0) > 0
+        }
         size = len(next(iter(next(iter(by_judge.values())).values())))
-        total, weight = np.zeros(size), np.zeros(size)
-        for judge, judge_weight in self.weights.items():
-            if judge not in by_judge or judge not in self.judges or judge_weight <= 0:
-                continue
-            predicted = self.judge_prediction(judge, by_judge[judge])
-            present = np.isfinite(predicted)
-            total[present] += judge_weight * predicted[present]
-            weight[present] += judge_weight
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan)
+        return weighted_mean_present(predictions, self.weights, size)
 
     def to_json(self) -> dict[str, Any]:
         return {

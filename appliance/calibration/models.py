@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.features import FOLDS, FeatureCalibration, PairFeatureCalibration, fold_ids
+from appliance.calibration.features import (
+    FOLDS,
+    FeatureCalibration,
+    PairFeatureCalibration,
+    fold_ids,
+    weighted_mean_present,
+)
 from appliance.calibration.isotonic import IsotonicMap, fit_isotonic
 from appliance.calibration.metrics import agreement, cohen_kappa
 from appliance.calibration.tables import ItemTable
@@ -40,17 +46,8 @@ class RatingCalibration:
 
     def predict(self, judges: dict[str, np.ndarray]) -> np.ndarray:
         """Weighted mean of the mapped judges available for each item (NaN if none)."""
-        size = len(next(iter(judges.values())))
-        total, weight = np.zeros(size), np.zeros(size)
-        for judge, mapping_weight in self.weights.items():
-            if judge not in judges:
-                continue
-            mapped = self.judge_prediction(judge, judges[judge])
-            present = np.isfinite(mapped)
-            total[present] += mapping_weight * mapped[present]
-            weight[present] += mapping_weight
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan)
+        mapped = {judge: self.judge_prediction(judge, judges[judge]) for judge in self.weights if judge in judges}
+        return weighted_mean_present(mapped, self.weights, len(next(iter(judges.values()))))
 
     def to_json(self) -> dict[str, Any]:
         return {
