@@ -64,9 +64,14 @@ class ModelSpec(BaseModel):
     chat_format: ChatFormat = "gguf"
     slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together")
     threads: int | None = Field(default=None, ge=1)
-    exact_kv: bool = Field(default=True, description="reuse only batch-computed KV: results independent of batching")
+    exact_kv: bool = Field(
+        default=True,
+        description="planned prefill chunks, only prefill-computed KV reused: results independent of batching",
+    )
     kv_unified: bool = Field(default=False, description="one KV buffer for all sequences instead of one per sequence")
-    flash_attention: bool = Field(default=False, description="ggml's flash-attention kernel (not batch-invariant)")
+    flash_attention: bool = Field(
+        default=False, description="ggml's flash-attention kernel (faster decode; exact too in exact mode)"
+    )
     kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")

@@ -217,3 +217,25 @@ def test_judge_pair_asks_both_orders_and_reads_them_for_the_first_response() -> 
     assert (verdict.original, verdict.swapped, verdict.outcome) == (1.0, 1.0, "first")
     biased = _pair_verdict(lambda request: '{"better": "A"}')
     assert biased.outcome == "inconsistent" and biased.position_biased
+
+
+def test_judge_prompts_put_the_transcript_before_anything_that_varies_by_criterion() -> None:
+    """Requests of one judge on one item share their KV prefix up to the end of the transcript only if
+    the criterion comes after it: system prompts name no criterion, and the criterion's placeholders
+    follow every transcript placeholder."""
+    import tomllib
+
+    transcript = ("{context}", "{response}", "{dialogue}", "{reply}", "{transcript}")
+    varying = ("{criterion}", "{criterion_help}")
+    checked = 0
+    for path in sorted(JUDGES.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        system, user = str(data.get("system", "")), str(data.get("user", data.get("prompt", "")))
+        if not any(mark in system + user for mark in varying):
+            continue
+        checked += 1
+        assert not any(mark in system for mark in varying), f"{path.name}: the system prompt names the criterion"
+        first_varying = min(user.index(mark) for mark in varying if mark in user)
+        last_transcript = max((user.rindex(mark) for mark in transcript if mark in user), default=-1)
+        assert last_transcript < first_varying, f"{path.name}: the criterion comes before the transcript"
+    assert checked >= 3  # turn_rating, dialogue_rating, turn_expected

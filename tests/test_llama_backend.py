@@ -7,7 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
 
@@ -57,23 +60,46 @@ def fresh_backend(smollm2_path: Path) -> Iterator[LlamaCppBackend]:
     backend.close()
 
 
-@pytest.mark.parametrize("persona", ["You are a terse assistant.", "You are a pirate who loves maps."])
+#: Long enough (over ALIGNED_CHUNK tokens) that exact mode with flash attention has a whole aligned
+#: chunk to reuse.
+BACKGROUND = (
+    " You work in a small museum of old clocks by the harbour. Visitors ask about the exhibits, the opening "
+    "hours, the tea room and the ferry timetable; you answer in one short line and never use lists. You like "
+    "brass, rain and the smell of oil on gears, and you dislike long speeches."
+)
+
+
+@pytest.mark.parametrize(
+    ("persona", "flash"), [("You are a terse assistant.", False), ("You are a pirate who loves maps.", True)]
+)
 def test_continuing_a_conversation_reuses_its_cache_and_matches_a_fresh_prefill(
-    smollm2: LlamaCppBackend, fresh_backend: LlamaCppBackend, persona: str
+    smollm2: LlamaCppBackend, fresh_backend: LlamaCppBackend, smollm2_path: Path, persona: str, flash: bool
 ) -> None:
-    smollm2.forget_caches()
-    history = [Message(role="system", content=persona)]
-    for turn, question in enumerate(["Say a colour.", "Now say an animal.", "Combine them in a sentence."]):
-        history.append(Message(role="user", content=question))
-        request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")
-        continued = _run(smollm2, [request])[0]
-        fresh_backend.forget_caches()
-        fresh = _run(fresh_backend, [request])[0]
-        assert fresh.cached_prompt_tokens == 0
-        if turn > 0:
-            assert continued.cached_prompt_tokens > 0, "the conversation's cache must be reused"
-        assert continued.text == fresh.text, f"turn {turn}"
-        history.append(Message(role="assistant", content=continued.text))
+    """Flash attention on: the aligned chunks of exact mode keep the continued conversation exact too."""
+    continuing, fresh_reference = smollm2, fresh_backend
+    if flash:
+        continuing = LlamaCppBackend(smollm2_path, name="flash", context_length=1024, slots=4, flash_attention=True)
+        fresh_reference = LlamaCppBackend(
+            smollm2_path, name="fresh", context_length=1024, slots=1, flash_attention=True
+        )
+    try:
+        continuing.forget_caches()
+        history = [Message(role="system", content=persona + BACKGROUND)]
+        for turn, question in enumerate(["Say a colour.", "Now say an animal.", "Combine them in a sentence."]):
+            history.append(Message(role="user", content=question))
+            request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c1")
+            continued = _run(continuing, [request])[0]
+            fresh_reference.forget_caches()
+            fresh = _run(fresh_reference, [request])[0]
+            assert fresh.cached_prompt_tokens == 0
+            if turn > 0:
+                assert continued.cached_prompt_tokens > 0, "the conversation's cache must be reused"
+            assert continued.text == fresh.text, f"turn {turn}"
+            history.append(Message(role="assistant", content=continued.text))
+    finally:
+        if flash:
+            continuing.close()
+            fresh_reference.close()
 
 
 def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
@@ -153,10 +179,10 @@ def test_a_sequence_whose_kv_lost_tokens_is_prefilled_again_not_refused(smollm2:
     import llama_cpp as C
 
     smollm2.forget_caches()
-    (cold,) = _run(smollm2, [_ask(PROMPTS[1], key="conv")])
+    (cold,) = _run(smollm2, [_ask(PROMPTS[1] + BACKGROUND, key="conv")])
     follow_up = GenerationRequest(
         messages=(
-            Message(role="user", content=PROMPTS[1]),
+            Message(role="user", content=PROMPTS[1] + BACKGROUND),
             Message(role="assistant", content=cold.text),
             Message(role="user", content="And one more."),
         ),
@@ -166,10 +192,64 @@ def test_a_sequence_whose_kv_lost_tokens_is_prefilled_again_not_refused(smollm2:
     smollm2.forget_caches()
     (reference,) = _run(smollm2, [follow_up])
     smollm2.forget_caches()
-    _run(smollm2, [_ask(PROMPTS[1], key="conv")])
+    _run(smollm2, [_ask(PROMPTS[1] + BACKGROUND, key="conv")])
     holder = next(slot for slot in smollm2.slots if slot.key == "conv")
     C.llama_memory_seq_rm(smollm2.memory, holder.seq_id, 3, -1)  # the KV loses all but 3 tokens behind its back
     resyncs = smollm2.counters.kv_resyncs
     (recovered,) = _run(smollm2, [follow_up])
     assert smollm2.counters.kv_resyncs == resyncs + 1
     assert recovered.text == reference.text
+
+
+def test_a_grammar_is_applied_only_when_a_sampled_token_breaks_it(smollm2_path: Path) -> None:
+    """Sample first, check the token, constrain on failure: greedy replies equal grammar-first sampling's,
+    every reply fits the grammar, and the grammar really had to step in."""
+    import re
+
+    grammar = 'root ::= "Verdict: " ("yes" | "no") ". Because " [a-z ]{1,30} "."'
+    pattern = re.compile(r"Verdict: (yes|no)\. Because [a-z ]{1,30}\.")
+    questions = ["Is the sea salty?", "Can a cat fly?", "Is two more than three?"]
+    seeded = ResolvedSampling(temperature=0.9, top_k=40, max_tokens=48, seed=7)  # room for 30 letters
+    replies: dict[bool, list[str]] = {}
+    rejections: dict[bool, int] = {}
+    for lazy in (True, False):
+        backend = LlamaCppBackend(smollm2_path, name="judge", context_length=512, slots=4, lazy_grammar=lazy)
+        try:
+            requests = [
+                GenerationRequest(messages=(Message(role="user", content=q),), sampling=s, grammar=grammar)
+                for q in questions
+                for s in (GREEDY.model_copy(update={"max_tokens": 48}), seeded)
+            ]
+            done = _run(backend, requests)
+            replies[lazy] = [c.text for c in done]
+            rejections[lazy] = backend.counters.grammar_rejections
+            generated = sum(c.completion_tokens for c in done)
+        finally:
+            backend.close()
+        assert all(pattern.fullmatch(text) for text in replies[lazy]), replies[lazy]
+    assert replies[True][0::2] == replies[False][0::2]  # greedy: the same tokens either way
+    assert rejections[False] == 0 and 0 < rejections[True] < generated
+
+
+@given(
+    length=st.integers(min_value=1, max_value=400),
+    declared=st.lists(st.integers(min_value=0, max_value=400), max_size=3),
+    other=st.lists(st.integers(min_value=0, max_value=400), max_size=3),
+    shared=st.integers(min_value=0, max_value=400),
+)
+def test_chunk_plans_are_cut_the_same_way_wherever_a_cache_is_reused(
+    length: int, declared: list[int], other: list[int], shared: int
+) -> None:
+    """Exact mode's plans: contiguous chunks of two or more tokens ending at the prompt's end, every
+    aligned boundary kept unless it would leave a lone token; a cache is reused only up to a chunk end
+    that both plans share with identical chunks before it."""
+    plan = chunk_plan(length, declared)
+    assert plan == sorted(set(plan)) and plan[-1] == length
+    starts = [0, *plan[:-1]]
+    assert all(end - start >= 2 for start, end in zip(starts, plan, strict=True)) or length == 1
+    assert {end for end in range(ALIGNED_CHUNK, length - 1, ALIGNED_CHUNK)} <= set(plan) | {e - 1 for e in plan}
+    cached = chunk_plan(length, other)
+    reused = reusable_boundary(cached, plan, min(shared, length))
+    assert reused <= shared and (reused == 0 or (reused in plan and reused in cached))
+    assert [e for e in plan if e <= reused] == [e for e in cached if e <= reused]
+    assert reusable_boundary(plan, plan, length) == length  # the same prompt reuses everything

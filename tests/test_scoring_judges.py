@@ -23,10 +23,11 @@ from appliance.calibration.pipeline import CalibrationRequest, choose_criterion,
 from appliance.calibration.shipped import write_shipped
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
+from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scoring import log_softmax
 from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.types import Completion, GenerationRequest, ScoringRequest, TokenScores
+from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling, ScoringRequest, TokenScores
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
@@ -110,12 +111,45 @@ def test_scoring_logprobs_equal_the_raw_llama_cpp_api_batched_reused_and_alone(s
         )
     # The long context was prefilled once: its later continuations started from the shared prefix.
     assert batched[1].cached_prompt_tokens > 60 and batched[2].cached_prompt_tokens > 60
-    again = run_all(smollm2, requests)  # every prefix now cached
-    assert all(c.cached_prompt_tokens > 0 for c in again)
+    assert_batch_invariant(smollm2, requests, batched)
+
+
+def assert_batch_invariant(
+    backend: LlamaCppBackend, requests: list[GenerationRequest], batched: list[Completion]
+) -> None:
+    """Scored again from cached prefixes (whole aligned chunks), then each alone from cold: the same bits."""
+    again = run_all(backend, requests)  # every prefix longer than an aligned chunk is now cached
+    long_prompts = [c for c in again if c.prompt_tokens > ALIGNED_CHUNK + 1]
+    assert len(long_prompts) >= 3 and all(c.cached_prompt_tokens >= ALIGNED_CHUNK for c in long_prompts)
     assert [c.scores for c in again] == [c.scores for c in batched]
-    smollm2.forget_caches()
-    alone = [run_all(smollm2, [request])[0] for request in reversed(requests)]
+    backend.forget_caches()
+    alone = [run_all(backend, [request])[0] for request in reversed(requests)]
     assert [c.scores for c in reversed(alone)] == [c.scores for c in batched]
+
+
+def test_flash_attention_in_exact_mode_is_batch_invariant(smollm2: LlamaCppBackend) -> None:
+    """Flash attention's results change with chunk boundaries; exact mode's aligned chunks make them
+    a function of the prompt alone, so batched, reused and lone runs agree bit for bit."""
+    fast_kernel = LlamaCppBackend(smollm2.model.path, name="smollm2-135m", slots=8, flash_attention=True)
+    try:
+        requests = [
+            GenerationRequest(prompt=prompt, scoring=ScoringRequest(continuation=text, choices=(" yes", " no")))
+            for prompt in (CONTEXT, CONTEXT.replace("bear", "wolf") * 2)
+            for text in CONTINUATIONS
+        ]
+        batched = run_all(fast_kernel, requests)
+        assert all(c.scores is not None for c in batched)
+        assert_batch_invariant(fast_kernel, requests, batched)
+        # The kernel is really another one: the numbers are not those of the default context.
+        assert batched[0].scores != run_all(smollm2, requests[:1])[0].scores
+        # Greedy replies too: decoded together or each alone, the same tokens.
+        sampling = ResolvedSampling(temperature=0.0, max_tokens=12)
+        asks = [GenerationRequest(prompt=prompt + " Well,", sampling=sampling) for prompt in (CONTEXT, CONTEXT[40:])]
+        together = run_all(fast_kernel, asks)
+        fast_kernel.forget_caches()
+        assert [c.text for c in together] == [run_all(fast_kernel, [ask])[0].text for ask in asks]
+    finally:
+        fast_kernel.close()
 
 
 def test_a_choice_of_several_tokens_is_refused_with_the_model_named(smollm2: LlamaCppBackend) -> None:

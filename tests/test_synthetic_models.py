@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench.e2e import stateless_backend
+from appliance.bench.e2e import sequential_backend
 from appliance.catalog import load_catalog
 from appliance.engine.synthetic import PRESETS, ByteTokens
 from appliance.engine.transformers_backend import TransformersBackend, transformers_backend_for
@@ -110,7 +110,7 @@ def test_the_stateless_baseline_keeps_no_turn_but_the_engine_does(tmp_path: Path
     first = (Message(role="user", content="one"),)
     second = (*first, Message(role="assistant", content="two"), Message(role="user", content="three"))
     cached = []
-    for backend in (transformers_backend_for(catalog, spec, slots=2), stateless_backend(catalog, spec, parallel=1)):
+    for backend in (transformers_backend_for(catalog, spec, slots=2), sequential_backend(catalog, spec, reuse=False)):
         for messages in (first, second):
             backend.submit(GenerationRequest(messages=messages, sampling=sampling, conversation_key="c"))
             done = []

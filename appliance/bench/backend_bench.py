@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from appliance.bench.decode import bench_prompts
-from appliance.bench.e2e import EndToEndResult, end_to_end
+from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.machine import describe_machine
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
@@ -162,7 +162,10 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         seed=plan.seed,
         parallel=plan.conversations,
     )
-    say(f"    appliance {e2e.appliance.wall_s:.1f} s, baseline {e2e.baseline.wall_s:.1f} s, speedup {e2e.speedup:.2f}x")
+    say(
+        f"    appliance {e2e.appliance.wall_s:.1f} s, single-slot baseline {e2e.baseline.wall_s:.1f} s, "
+        f"speedup {e2e.speedup:.2f}x"
+    )
     return e2e
 
 
@@ -319,25 +322,6 @@ def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Pat
     return json_path, markdown_path
 
 
-def _e2e_lines(e2e: EndToEndResult | None) -> list[str]:
-    if e2e is None:
-        return []
-    return [
-        f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, the model in every role",
-        "",
-        "| arm | wall s | prefill tokens | cached prompt tokens | decode tokens |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        *[
-            f"| {name} | {arm.wall_s:.1f} | {arm.prefill_tokens} | {arm.cached_prompt_tokens} | {arm.decode_tokens} |"
-            for name, arm in (("appliance", e2e.appliance), ("sequential stateless baseline", e2e.baseline))
-        ],
-        "",
-        f"Speedup {e2e.speedup:.2f}x; transcripts identical: {e2e.transcripts_identical} "
-        f"({e2e.messages_differing} of {e2e.messages_compared} differ).",
-        "",
-    ]
-
-
 def render_backend_markdown(report: BackendBenchReport) -> str:
     device = report.device
     kind = "synthetic weights" if report.synthetic else "real weights"
@@ -377,7 +361,7 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         if report.weight_bytes
         else "",
         "",
-        *_e2e_lines(report.e2e),
+        *(markdown_lines(report.e2e) if report.e2e is not None else []),
         *[f"- {note}" for note in report.notes],
         "",
     ]

@@ -27,13 +27,17 @@ class DecodePoint(BaseModel):
     sequences: int
     new_tokens: int
     repeats: int
-    #: the engine in exact mode (batch-invariant: flash attention off, only batch-computed KV reused)
+    #: the engine in exact mode (batch-invariant: aligned prefill chunks, only whole aligned chunks of
+    #: prefill-computed KV reused, one KV stream per sequence) with the ceiling's attention kernel
     engine_tokens_per_s: float
     raw_tokens_per_s: float
     ratio: float
-    #: the engine in fast mode (flash attention on, any KV reused, the ceiling's KV layout)
+    #: the engine in fast mode (any KV reused, free chunking, the ceiling's kernel and KV layout)
     engine_fast_tokens_per_s: float | None = None
     ratio_fast: float | None = None
+    #: the engine as models.toml ships it: exact mode, flash attention off
+    engine_default_tokens_per_s: float | None = None
+    ratio_default: float | None = None
 
 
 def bench_prompts(count: int, seed: int) -> list[str]:
@@ -83,15 +87,17 @@ def decode_point(
     *,
     raw_config: RawConfig | None = None,
     fast_backend: LlamaCppBackend | None = None,
+    default_backend: LlamaCppBackend | None = None,
     threads: int | None = None,
 ) -> DecodePoint:
-    """The engine (exact mode, and fast mode where given) and the raw loop alternately on the same
-    prompts, cold caches; medians of `repeats`."""
+    """The engine (exact mode; fast mode and the shipped default where given) and the raw loop alternately
+    on the same prompts, cold caches; medians of `repeats`."""
     prompts = bench_prompts(sequences, seed)
     tokens = [backend.model.tokenize(prompt, parse_special=True) for prompt in prompts]
     settings = (raw_config or RawConfig(flash_attention=False, kv_unified=False)).model_dump()
     engine_rates: list[float] = []
     fast_rates: list[float] = []
+    default_rates: list[float] = []
     raw_rates: list[float] = []
     for _ in range(repeats):
         backend.forget_caches()
@@ -99,12 +105,16 @@ def decode_point(
         if fast_backend is not None:
             fast_backend.forget_caches()
             fast_rates.append(engine_decode(fast_backend, prompts, new_tokens).tokens_per_s)
+        if default_backend is not None:
+            default_backend.forget_caches()
+            default_rates.append(engine_decode(default_backend, prompts, new_tokens).tokens_per_s)
         raw = raw_batched_decode(
             backend.model, tokens, new_tokens, context_length=backend.context_length, threads=threads, **settings
         )
         raw_rates.append(raw.tokens_per_s)
     engine_rate, raw_rate = median(engine_rates), median(raw_rates)
     fast_rate = median(fast_rates) if fast_rates else None
+    default_rate = median(default_rates) if default_rates else None
     return DecodePoint(
         sequences=sequences,
         new_tokens=new_tokens,
@@ -114,4 +124,6 @@ def decode_point(
         ratio=engine_rate / raw_rate if raw_rate else 0.0,
         engine_fast_tokens_per_s=fast_rate,
         ratio_fast=fast_rate / raw_rate if fast_rate is not None and raw_rate else None,
+        engine_default_tokens_per_s=default_rate,
+        ratio_default=default_rate / raw_rate if default_rate is not None and raw_rate else None,
     )

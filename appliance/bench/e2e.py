@@ -1,27 +1,38 @@
-"""Workload 2: a PingPong run by the appliance against a sequential stateless baseline.
+"""Workload 2: a PingPong run by the appliance against sequential baselines.
 
-The baseline is how peer harnesses drive a local model: one request at a
-time, the whole history sent again every turn, nothing cached. Both arms use
-the same models, sampling, seeds and instances, greedy decoding, and a
-temporary store each; their transcripts are compared message by message.
+The honest baseline is how a user drives a local model without us: one request
+at a time on one slot, the whole history sent every turn, and the longest
+common prefix with the previous request reused (llama-server with one slot,
+or llama-cpp-python's `Llama`). A second baseline reuses nothing. All arms use
+the catalog's engine settings, the same models, sampling, seeds, instances and
+judges, greedy decoding, and a temporary store each. Every request's outcome
+(generated token ids, or a scoring request's log-probabilities) is recorded,
+so the appliance and the honest baseline are compared at the token level.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import Backend
+from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.factory import open_backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.engine.types import Completion, GenerationRequest
 from appliance.judging.panels import Panel
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios.base import ScenarioFamily
 from appliance.store import Store
+
+ArmKind = Literal["appliance", "single-slot", "stateless"]
+#: what one served request is compared by: model, prompt tokens (or text), outcome
+Served = tuple[str, tuple[Any, ...], tuple[Any, ...]]
 
 
 class ArmResult(BaseModel):
@@ -32,6 +43,14 @@ class ArmResult(BaseModel):
     cached_prompt_tokens: int
     decode_tokens: int
     peak_kv_cells: int
+    #: prompt tokens found in a cache but computed again (exact mode's rule, or too short to fork)
+    recomputed_cached_tokens: int = 0
+    #: seconds inside llama_decode on prefill chunks and on decode steps, and sampling; the rest of the
+    #: wall time is the scheduler, the episodes, the store and Python
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    sample_s: float = 0.0
+    requests: int = 0
 
 
 class EndToEndResult(BaseModel):
@@ -40,40 +59,99 @@ class EndToEndResult(BaseModel):
     players: list[str]
     panel: list[str]
     appliance: ArmResult
+    #: sequential, one slot, the previous request's common prefix reused (the honest baseline)
     baseline: ArmResult
+    #: sequential, nothing reused
+    stateless: ArmResult | None = None
+    #: baseline wall time / appliance wall time
     speedup: float
+    speedup_vs_stateless: float | None = None
+    #: stored messages and verdict texts, appliance against the honest baseline
     transcripts_identical: bool
     messages_compared: int
     messages_differing: int
+    #: every request's generated token ids or log-probabilities, appliance against the honest baseline
+    tokens_identical: bool | None = None
+    requests_compared: int = 0
+    requests_differing: int = 0
+    #: per model, from the appliance arm: distinct prompt tokens (the prefix tree of every request's
+    #: prompt: what no cache can avoid computing) and generated tokens; the ideal time's inputs
+    unique_prefill_tokens_by_model: dict[str, int] = {}
+    decode_tokens_by_model: dict[str, int] = {}
+    #: per model, some of the workload's prompts (the raw prefill rate is measured on them); not saved
+    prompt_sample: dict[str, list[list[int]]] = Field(default={}, exclude=True)
 
 
-def stateless_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
-    """One sequence, no cache reuse: every request is prefilled from scratch."""
+def sequential_backend(catalog: Catalog, spec: ModelSpec, *, reuse: bool) -> Backend:
+    """One sequence at a time with the catalog entry's own engine settings; with `reuse`, the one slot keeps
+    its cache and the next request reuses their common prefix, without it every request starts cold."""
     if spec.backend == "transformers":
         from appliance.engine.transformers_backend import transformers_backend_for
 
-        return transformers_backend_for(catalog, spec, slots=1, reuse_cache=False)
-    return LlamaCppBackend(
-        catalog.resolve_path(spec),
-        name=spec.name,
-        chat_format=spec.chat_format,
-        context_length=spec.context_length,
-        slots=1,
-        threads=spec.threads,
-        reuse_cache=False,
-    )
+        return transformers_backend_for(catalog, spec, slots=1, reuse_cache=reuse)
+    backend = open_backend(catalog, spec.model_copy(update={"slots": 1}), parallel=1)
+    if isinstance(backend, LlamaCppBackend):
+        backend.reuse_cache = reuse
+    return backend
+
+
+class RecordingBackend:
+    """A backend that notes each request's prompt and outcome as it finishes."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.counters: BackendCounters = inner.counters
+        self.served: list[Served] = []
+        self.prompts: list[list[int]] = []
+        self._pending: dict[int, tuple[Any, ...]] = {}
+
+    def submit(self, request: GenerationRequest) -> int:
+        ticket = self.inner.submit(request)
+        if isinstance(self.inner, LlamaCppBackend):
+            tokens = self.inner.request_tokens(request)
+            self.prompts.append(tokens)
+            self._pending[ticket] = tuple(tokens)
+        else:
+            scoring = request.scoring.continuation if request.scoring is not None else None
+            self._pending[ticket] = (request.prompt, request.messages, scoring)
+        return ticket
+
+    def step(self) -> list[tuple[int, Completion]]:
+        done = self.inner.step()
+        for ticket, completion in done:
+            outcome: tuple[Any, ...] = (
+                (completion.scores.token_logprobs, completion.scores.choice_logprobs)
+                if completion.scores is not None
+                else (completion.finish_reason, completion.token_ids, completion.error)
+            )
+            self.served.append((self.name, self._pending.pop(ticket), outcome))
+        return done
+
+    @property
+    def busy(self) -> bool:
+        return self.inner.busy
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _arm(
-    catalog: Catalog, config: RunConfig, family: ScenarioFamily, db: Path, stateless: bool
-) -> tuple[ArmResult, list[tuple[str, int, str]]]:
-    counters: list[Backend] = []
+    catalog: Catalog, config: RunConfig, family: ScenarioFamily, db: Path, kind: ArmKind
+) -> tuple[ArmResult, list[tuple[str, int, str]], list[RecordingBackend]]:
+    recorders: list[RecordingBackend] = []
 
     def factory(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
-        make = stateless_backend if stateless else open_backend
-        backend = make(catalog, spec, parallel=parallel)
-        counters.append(backend)
-        return backend
+        if kind == "appliance":
+            backend = open_backend(catalog, spec, parallel=parallel)
+        else:
+            backend = sequential_backend(catalog, spec, reuse=kind == "single-slot")
+        recorder = RecordingBackend(backend)
+        recorders.append(recorder)
+        return recorder
 
     with Store.open(db) as store:
         started = time.perf_counter()
@@ -85,24 +163,49 @@ def _arm(
         )
         verdicts = store.query(
             "SELECT split_part(episode_id, ':', 3) || ':' || split_part(episode_id, ':', 4), target_idx, "
-            "judge || '/' || raw_text FROM judgments WHERE criterion = 'refusal' ORDER BY 1, 2, 3"
+            "judge || '/' || criterion || '/' || coalesce(raw_text, '') || '/' || coalesce(score::VARCHAR, '') "
+            "FROM judgments ORDER BY 1, 2, 3"
         )
     transcript = [(str(a), int(b), str(c)) for a, b, c in rows] + [
         (f"{a}/verdict", int(b), str(c)) for a, b, c in verdicts
     ]
+    counters = [recorder.counters for recorder in recorders]
     episodes = summary.episodes_finished
-    return (
-        ArmResult(
-            wall_s=wall,
-            episodes=episodes,
-            episodes_per_hour=episodes * 3600 / wall if wall else 0.0,
-            prefill_tokens=summary.prompt_tokens - summary.cached_prompt_tokens,
-            cached_prompt_tokens=summary.cached_prompt_tokens,
-            decode_tokens=summary.completion_tokens,
-            peak_kv_cells=max((b.counters.peak_kv_cells for b in counters), default=0),
-        ),
-        transcript,
+    result = ArmResult(
+        wall_s=wall,
+        episodes=episodes,
+        episodes_per_hour=episodes * 3600 / wall if wall else 0.0,
+        prefill_tokens=summary.prompt_tokens - summary.cached_prompt_tokens,
+        cached_prompt_tokens=summary.cached_prompt_tokens,
+        decode_tokens=summary.completion_tokens,
+        peak_kv_cells=max((c.peak_kv_cells for c in counters), default=0),
+        recomputed_cached_tokens=sum(c.recomputed_cached_tokens for c in counters),
+        prefill_s=sum(c.prefill_s for c in counters),
+        decode_s=sum(c.decode_s for c in counters),
+        sample_s=sum(c.sample_s for c in counters),
+        requests=sum(len(recorder.served) for recorder in recorders),
     )
+    return result, transcript, recorders
+
+
+def unique_prefix_tokens(prompts: list[list[int]]) -> int:
+    """Nodes of the prefix tree of `prompts`: tokens that must be computed once however well caches are shared.
+    In sorted order each prompt adds what it does not share with the one before it."""
+    total = 0
+    previous: tuple[int, ...] = ()
+    for tokens in sorted(set(map(tuple, prompts))):
+        shared = 0
+        while shared < min(len(tokens), len(previous)) and tokens[shared] == previous[shared]:
+            shared += 1
+        total += len(tokens) - shared
+        previous = tokens
+    return total
+
+
+def _differing(ours: list[Any], theirs: list[Any]) -> int:
+    """Items of either list without an identical twin in the other (order ignored: the arms interleave)."""
+    a, b = Counter(ours), Counter(theirs)
+    return sum((a - b).values()) + sum((b - a).values())
 
 
 def end_to_end(
@@ -116,6 +219,7 @@ def end_to_end(
     panel: Panel,
     seed: int,
     parallel: int,
+    stateless: bool = True,
 ) -> EndToEndResult:
     base = RunConfig(
         scenarios=[family.name],
@@ -129,11 +233,25 @@ def end_to_end(
         greedy=True,
         turns=turns,
     )
+    sequential = base.model_copy(update={"parallel": 1})
     with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
-        appliance, ours = _arm(catalog, base, family, Path(folder) / "appliance.duckdb", stateless=False)
-        sequential = base.model_copy(update={"parallel": 1})
-        baseline, theirs = _arm(catalog, sequential, family, Path(folder) / "baseline.duckdb", stateless=True)
-    differing = sum(1 for a, b in zip(ours, theirs, strict=False) if a != b) + abs(len(ours) - len(theirs))
+        appliance, ours, our_backends = _arm(catalog, base, family, Path(folder) / "appliance.duckdb", "appliance")
+        baseline, theirs, their_backends = _arm(
+            catalog, sequential, family, Path(folder) / "baseline.duckdb", "single-slot"
+        )
+        cold = (
+            _arm(catalog, sequential, family, Path(folder) / "stateless.duckdb", "stateless")[0] if stateless else None
+        )
+    served = [item for recorder in our_backends for item in recorder.served]
+    served_baseline = [item for recorder in their_backends for item in recorder.served]
+    prompts: dict[str, list[list[int]]] = {}
+    decoded: Counter[str] = Counter()
+    for recorder in our_backends:
+        prompts.setdefault(recorder.name, []).extend(recorder.prompts)
+        decoded[recorder.name] += recorder.counters.completion_tokens
+    unique = {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
+    differing = _differing(ours, theirs)
+    requests_differing = _differing(served, served_baseline)
     return EndToEndResult(
         conversations=conversations,
         turns=turns,
@@ -141,8 +259,46 @@ def end_to_end(
         panel=list(panel.judges),
         appliance=appliance,
         baseline=baseline,
+        stateless=cold,
         speedup=baseline.wall_s / appliance.wall_s if appliance.wall_s else 0.0,
+        speedup_vs_stateless=cold.wall_s / appliance.wall_s if cold is not None and appliance.wall_s else None,
         transcripts_identical=differing == 0,
         messages_compared=len(ours),
         messages_differing=differing,
+        tokens_identical=requests_differing == 0,
+        requests_compared=len(served),
+        requests_differing=requests_differing,
+        unique_prefill_tokens_by_model=unique,
+        decode_tokens_by_model=dict(decoded),
+        prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
     )
+
+
+def markdown_lines(e2e: EndToEndResult) -> list[str]:
+    """The end-to-end table: each arm's time, tokens and where its time went."""
+    arms = [("appliance", e2e.appliance), ("sequential, single-slot prefix reuse (baseline)", e2e.baseline)]
+    if e2e.stateless is not None:
+        arms.append(("sequential, nothing reused", e2e.stateless))
+    cold = f"; {e2e.speedup_vs_stateless:.2f}x against nothing reused" if e2e.speedup_vs_stateless else ""
+    return [
+        f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
+        "",
+        "| arm | wall s | prefill tokens | cached prompt tokens | recomputed cached | decode tokens | prefill s "
+        "| decode s | sampling s | other s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {name} | {arm.wall_s:.1f} | {arm.prefill_tokens} | {arm.cached_prompt_tokens} | "
+            f"{arm.recomputed_cached_tokens} | {arm.decode_tokens} | {arm.prefill_s:.1f} | {arm.decode_s:.1f} | "
+            f"{arm.sample_s:.1f} | {arm.wall_s - arm.prefill_s - arm.decode_s - arm.sample_s:.1f} |"
+            for name, arm in arms
+        ],
+        "",
+        "Prefill, decode and sampling seconds are spent inside llama.cpp (llama.cpp backends only); other = the "
+        "scheduler, the episodes, the store and Python.",
+        "",
+        f"Speedup {e2e.speedup:.2f}x against the single-slot baseline{cold}. At temperature 0, every request's "
+        f"generated token ids (or log-probabilities) equal the baseline's: {e2e.tokens_identical} "
+        f"({e2e.requests_differing} of {e2e.requests_compared} requests differ); stored texts and verdicts: "
+        f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
+        "",
+    ]

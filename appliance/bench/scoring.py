@@ -100,7 +100,14 @@ def engine_scoring(
     return served
 
 
-def raw_prefill(model: LlamaModel, sequences: list[tuple[list[int], int]], *, batch_tokens: int = 512) -> float:
+def raw_prefill(
+    model: LlamaModel,
+    sequences: list[tuple[list[int], int]],
+    *,
+    batch_tokens: int = 512,
+    flash_attention: bool = False,
+    threads: int | None = None,
+) -> float:
     """Seconds for bare `llama_decode` calls over every (tokens, first scored position), packed to the batch size,
     each scored row's logits normalised; one KV stream per sequence in flight."""
     params = C.llama_context_default_params()
@@ -110,8 +117,8 @@ def raw_prefill(model: LlamaModel, sequences: list[tuple[list[int], int]], *, ba
     params.n_batch = params.n_ubatch = max(batch_tokens, longest)
     params.n_seq_max = per_call
     params.kv_unified = True
-    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = os.cpu_count() or 1
+    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
     context = C.llama_init_from_model(model.handle, params)
     memory = C.llama_get_memory(context)
     batch = TokenBatch(params.n_batch)
@@ -145,14 +152,11 @@ def scoring_bench(backend: LlamaCppBackend, template: ScoringTemplate, items: in
     engine_s = time.perf_counter() - started
     request_tokens = backend.counters.prompt_tokens - before[0]
     computed = request_tokens - (backend.counters.cached_prompt_tokens - before[1])
-    model = backend.model
     sequences = []
-    for request in served:
-        assert request.scoring is not None and request.prompt is not None
-        prompt = model.tokenize(request.prompt, parse_special=True)
-        continuation = model.tokenize(request.scoring.continuation, parse_special=False, add_bos=False)
-        sequences.append((prompt + continuation, len(prompt) - 1))
-    raw_s = raw_prefill(model, sequences)
+    for request in served:  # each scored from its prompt's last token on
+        prompt = backend.request_tokens(request.model_copy(update={"scoring": None}))
+        sequences.append((backend.request_tokens(request), len(prompt) - 1))
+    raw_s = raw_prefill(backend.model, sequences)
     raw_rate = sum(len(tokens) for tokens, _ in sequences) / raw_s
     return ScoringBench(
         items=items,

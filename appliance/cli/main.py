@@ -303,11 +303,14 @@ def bench(
     ] = None,
     panel: PanelOption = "default",
     out: Annotated[Path, typer.Option(help="folder for the JSON and markdown results")] = Path("bench_results"),
+    skip_stateless: Annotated[
+        bool, typer.Option("--skip-stateless", help="leave out the end-to-end arm that reuses nothing (the slowest)")
+    ] = False,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Engine vs raw decode loop, appliance vs stateless baseline, memory; writes bench_results/."""
+    """Engine vs raw decode loop, appliance vs sequential baselines, scoring, memory; writes bench_results/."""
     from appliance.bench.suite import run_bench, write_outputs
 
     catalog = load_models(models)
@@ -316,7 +319,13 @@ def bench(
         return
     chosen = load_panel(panel, catalog)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
-        report = run_bench(catalog, chosen, quick=quick, say=(lambda text: None) if as_json else console.print)
+        report = run_bench(
+            catalog,
+            chosen,
+            quick=quick,
+            stateless=not skip_stateless,
+            say=(lambda text: None) if as_json else console.print,
+        )
         store.write_bench(
             report.bench_id,
             report.started_at,

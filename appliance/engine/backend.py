@@ -28,6 +28,13 @@ class BackendCounters:
     peak_kv_cells: int = 0  # most tokens held in the KV cache at once
     moved_caches: int = 0  # caches moved to keep decoding sequences on consecutive ids
     kv_resyncs: int = 0  # prefills restarted because a sequence's KV did not end where its record said
+    #: prompt tokens found in a cache but computed again: decode-computed KV, or (exact mode) KV past
+    #: the last whole aligned chunk, or a cache too short to be worth a fork
+    recomputed_cached_tokens: int = 0
+    grammar_rejections: int = 0  # sampled tokens a grammar refused (then sampled again under it)
+    prefill_s: float = 0.0  # seconds inside the model on prefill chunks (where the backend can tell)
+    decode_s: float = 0.0  # seconds inside the model on decode steps
+    sample_s: float = 0.0  # seconds sampling tokens (and checking stop strings)
 
 
 class Backend(Protocol):

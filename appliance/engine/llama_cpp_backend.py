@@ -15,14 +15,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import llama_cpp as C
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.llama_native import LlamaModel, TokenBatch, build_sampler_chain, free_sampler_chain
+from appliance.engine.chunk_plan import chunk_plan, reusable_boundary
+from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
@@ -42,7 +42,7 @@ class _Job:
     prompt_tokens: list[int]
     stop: tuple[str, ...]
     submitted_at: float
-    sampler: Any = None
+    sampler: TokenSampler | None = None
     slot: _Slot | None = None
     prefill_cursor: int = 0
     cached_tokens: int = 0
@@ -53,14 +53,19 @@ class _Job:
     scoring: ScoringPlan | None = None
     #: set at submission when the request cannot be served; it is answered at admission
     error: str | None = None
+    #: exact mode: where the prompt's prefill chunks end (see chunk_plan)
+    plan: list[int] = field(default_factory=list)
 
 
 @dataclass
 class _Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)
-    #: leading cached tokens computed in prefill chunks of two or more tokens
+    #: leading cached tokens computed in prefill chunks of two or more tokens, never in one-token
+    #: decode steps (another kernel, other last bits)
     batch_computed: int = 0
+    #: exact mode: where the prefill chunks of those tokens ended (contiguous from position 0)
+    chunk_ends: list[int] = field(default_factory=list)
     key: str | None = None
     last_used: float = 0.0
     job: _Job | None = None
@@ -91,12 +96,15 @@ class LlamaCppBackend:
         flash_attention: bool = False,
         exact_kv: bool = True,
         reuse_cache: bool = True,
+        lazy_grammar: bool = True,
         kv_budget_mb: int | None = None,
         gpu_layers: int | None = None,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
         self.reuse_cache = reuse_cache
+        #: sample first and apply a request's grammar only when the token breaks it (see TokenSampler)
+        self.lazy_grammar = lazy_grammar
         self.model = LlamaModel(model_path, name, gpu_layers)
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
@@ -146,13 +154,7 @@ class LlamaCppBackend:
     # -- submission -------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> int:
-        formatted = (
-            FormattedPrompt(text=request.prompt, parse_special=True)
-            if request.prompt is not None
-            else self.formatter.render(request.messages)
-        )
-        text, stop, parse_special = formatted.text, formatted.stop, formatted.parse_special
-        tokens = self.model.tokenize(text, parse_special=parse_special)
+        tokens, stop = self._prompt(request)
         ticket = self._next_ticket
         self._next_ticket += 1
         job = _Job(
@@ -164,16 +166,37 @@ class LlamaCppBackend:
         )
         if request.scoring is not None:
             self._plan_scoring(job)
+        if self.exact_kv:
+            declared = [job.scoring.first_read] if job.scoring is not None else []
+            job.plan = chunk_plan(len(job.prompt_tokens), declared)
         self.waiting.append(job)
         self.counters.requests += 1
         return ticket
 
+    def _prompt(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
+        """The request's prompt tokens, and the stop strings its chat format adds."""
+        formatted = (
+            FormattedPrompt(text=request.prompt, parse_special=True)
+            if request.prompt is not None
+            else self.formatter.render(request.messages)
+        )
+        return self.model.tokenize(formatted.text, parse_special=formatted.parse_special), formatted.stop
+
+    def _continuation(self, text: str) -> list[int]:
+        """A scored continuation is tokenised on its own, as it continues the prompt."""
+        return self.model.tokenize(text, parse_special=False, add_bos=False)
+
+    def request_tokens(self, request: GenerationRequest) -> list[int]:
+        """Every token a request prefills (a scoring request's continuation included), for benchmarks."""
+        tokens, _ = self._prompt(request)
+        return tokens + (self._continuation(request.scoring.continuation) if request.scoring is not None else [])
+
     def _plan_scoring(self, job: _Job) -> None:
-        """The continuation joins the prompt's tokens (tokenised on its own, as it continues the prompt)."""
+        """The continuation joins the prompt's tokens."""
         scoring = job.request.scoring
         assert scoring is not None
-        continuation = self.model.tokenize(scoring.continuation, parse_special=False, add_bos=False)
-        choices = [self.model.tokenize(choice, parse_special=False, add_bos=False) for choice in scoring.choices]
+        continuation = self._continuation(scoring.continuation)
+        choices = [self._continuation(choice) for choice in scoring.choices]
         try:
             job.scoring = ScoringPlan.build(job.prompt_tokens, continuation, choices, scoring)
         except ScoringError as error:
@@ -208,19 +231,35 @@ class LlamaCppBackend:
             job.pending_token = None
             decoding.append((index, job))
         if decoding:
-            finished.extend(self._decode_and_sample(decoding))
+            finished.extend(self._decode_and_sample(decoding, prefill=False))
         budget = self.batch_tokens
         for slot in self.slots:
             job = slot.job
-            if job is None or job.prefill_cursor >= len(job.prompt_tokens) or budget < 2:
-                continue
-            remaining = len(job.prompt_tokens) - job.prefill_cursor
-            size = min(remaining, budget, self._scored_rows_cap(job))
-            if size < remaining and remaining - size < 2:
-                size = max(2, remaining - 2)  # never leave a lone token before the last one
-            budget -= size
-            finished.extend(self._prefill_chunk(slot, job, size))
+            while job is not None and slot.job is job and job.prefill_cursor < len(job.prompt_tokens):
+                size = self._chunk_size(job, budget)
+                if size == 0:
+                    break
+                budget -= size
+                finished.extend(self._prefill_chunk(slot, job, size))
         return finished
+
+    def _chunk_size(self, job: _Job, budget: int) -> int:
+        """The next prefill chunk of `job` within `budget` tokens (0: none fits this step).
+
+        Exact mode: the job's planned chunk (a function of the request alone). Fast mode: as much as
+        the budget takes, never leaving a lone token before the last one.
+        """
+        cursor, length = job.prefill_cursor, len(job.prompt_tokens)
+        if self.exact_kv:
+            size = next(end for end in job.plan if end > cursor) - cursor
+            return size if size <= budget else 0
+        if budget < 2:
+            return 0
+        remaining = length - cursor
+        size = min(remaining, budget, self._scored_rows_cap(job))
+        if size < remaining and remaining - size < 2:
+            size = max(2, remaining - 2)
+        return size
 
     def _scored_rows_cap(self, job: _Job) -> int:
         """The longest chunk from the job's cursor that reads at most MAX_SCORED_ROWS logits rows."""
@@ -238,6 +277,7 @@ class LlamaCppBackend:
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
         slot.cached = []
         slot.batch_computed = 0
+        slot.chunk_ends = []
         job.prefill_cursor = 0
         job.cached_tokens = 0
         if job.scoring is not None:  # its rows are read again from the start
@@ -261,21 +301,29 @@ class LlamaCppBackend:
                 read.append((index, position))
             elif last:
                 owner.append((index, job))
-        if size >= 2 and slot.batch_computed == len(slot.cached):
+        if slot.batch_computed == len(slot.cached) and size >= 2:
             slot.batch_computed = end
+            if self.exact_kv:
+                slot.chunk_ends.append(end)
         slot.cached.extend(job.prompt_tokens[start:end])
         job.prefill_cursor = end
         if job.scoring is None:
-            return self._decode_and_sample(owner)
-        self._decode_and_sample([])
+            return self._decode_and_sample(owner, prefill=True)
+        self._decode_and_sample([], prefill=True)
         for index, position in read:
             job.scoring.read(position, self.model.logits_row(self.context, index))
         if end < len(job.prompt_tokens):
             return []
         return [self._finish(job, "stop", job.scoring.result())]
 
-    def _decode_and_sample(self, owners: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
+    def _decode_and_sample(self, owners: list[tuple[int, _Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
+        started = time.perf_counter()
         status = C.llama_decode(self.context, self.batch.raw)
+        elapsed = time.perf_counter() - started
+        if prefill:
+            self.counters.prefill_s += elapsed
+        else:
+            self.counters.decode_s += elapsed
         self.counters.decode_calls += 1
         self.counters.peak_kv_cells = max(self.counters.peak_kv_cells, sum(len(s.cached) for s in self.slots))
         if status != 0:
@@ -287,11 +335,14 @@ class LlamaCppBackend:
             detail = f" ({'; '.join(mismatched)})" if mismatched else ""
             raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}'{detail}")
         finished = []
+        started = time.perf_counter()
         for index, job in owners:
-            token = int(C.llama_sampler_sample(job.sampler, self.context, index))
+            assert job.sampler is not None
+            token = job.sampler.sample(self.context, index)
             outcome = self._accept_token(job, token)
             if outcome is not None:
                 finished.append(self._finish(job, outcome))
+        self.counters.sample_s += time.perf_counter() - started
         return finished
 
     def _accept_token(self, job: _Job, token: int) -> FinishReason | None:
@@ -346,15 +397,19 @@ class LlamaCppBackend:
             source, shared = max(
                 ((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1]
             )
+            cached = max(min(_common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
             slot = self._choose_slot(idle, job, shared)
             keep = self._reuse_prefix(slot, job, source, shared)
+            self.counters.recomputed_cached_tokens += max(0, cached - keep) if self.reuse_cache else 0
             slot.job = job
             slot.key = job.request.conversation_key
             job.slot = slot
             job.prefill_cursor = keep
             job.cached_tokens = keep
             if job.scoring is None:
-                job.sampler = build_sampler_chain(self.model, job.request.sampling, job.request.grammar)
+                job.sampler = TokenSampler(
+                    self.model, job.request.sampling, job.request.grammar, lazy=self.lazy_grammar
+                )
         self.waiting.extendleft(reversed(deferred))
         return rejected
 
@@ -393,6 +448,7 @@ class LlamaCppBackend:
             C.llama_memory_seq_cp(self.memory, source.seq_id, slot.seq_id, -1, -1)
             slot.cached = list(source.cached)
             slot.batch_computed = source.batch_computed
+            slot.chunk_ends = list(source.chunk_ends)
             keep = shared
             self.counters.forked_tokens += shared
         if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
@@ -401,6 +457,7 @@ class LlamaCppBackend:
             keep = 0
         del slot.cached[keep:]
         slot.batch_computed = min(slot.batch_computed, keep)
+        slot.chunk_ends = [end for end in slot.chunk_ends if end <= keep]
         return keep
 
     def _reusable(self, slot: _Slot, job: _Job, limit: int) -> int:
@@ -408,13 +465,17 @@ class LlamaCppBackend:
 
         Tokens generated one at a time were computed by a different ggml kernel
         (matrix-vector) than prompt tokens (matrix-matrix), so their KV differs
-        in the last bits. In exact mode only batch-computed tokens are reused,
-        which makes every result independent of batching and cache state.
+        in the last bits, and some kernels' results change with chunk boundaries.
+        In exact mode only prefill-computed KV is reused, and only as far as it
+        was cut into the new prompt's own planned chunks, which makes every
+        result independent of batching and cache state.
         """
         if not self.reuse_cache:
             return 0
         shared = min(_common_prefix(slot.cached, job.prompt_tokens), limit)
-        return min(shared, slot.batch_computed) if self.exact_kv else shared
+        if not self.exact_kv:
+            return shared
+        return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
 
     def _choose_slot(self, idle: list[_Slot], job: _Job, best_shared: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
@@ -437,6 +498,7 @@ class LlamaCppBackend:
         C.llama_memory_seq_cp(self.memory, source.seq_id, destination.seq_id, -1, -1)
         destination.cached = list(source.cached)
         destination.batch_computed = source.batch_computed
+        destination.chunk_ends = list(source.chunk_ends)
         destination.key, destination.last_used = source.key, source.last_used
         source.key = None
         self.counters.moved_caches += 1
@@ -452,7 +514,8 @@ class LlamaCppBackend:
         slot.job = None
         slot.last_used = time.perf_counter()
         if job.sampler is not None:
-            free_sampler_chain(job.sampler)
+            self.counters.grammar_rejections += job.sampler.rejections
+            job.sampler.free()
             job.sampler = None
         completion = Completion(
             text=text,
@@ -461,6 +524,7 @@ class LlamaCppBackend:
             cached_prompt_tokens=job.cached_tokens,
             completion_tokens=len(job.generated),
             latency_s=time.perf_counter() - job.submitted_at,
+            token_ids=tuple(job.generated),
             scores=scores,
         )
         self._count(completion)
@@ -500,12 +564,13 @@ class LlamaCppBackend:
                 C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
                 slot.cached.clear()
                 slot.batch_computed = 0
+                slot.chunk_ends = []
                 slot.key = None
 
     def close(self) -> None:
         for slot in self.slots:
             if slot.job is not None and slot.job.sampler is not None:
-                free_sampler_chain(slot.job.sampler)
+                slot.job.sampler.free()
         self.batch.close()
         if self.context:
             C.llama_free(self.context)

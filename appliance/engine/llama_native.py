@@ -178,18 +178,9 @@ class LlamaModel:
         raise RuntimeError("chat template output kept growing")
 
 
-def build_sampler_chain(model: LlamaModel, sampling: ResolvedSampling, grammar: str | None) -> Any:
-    """One sampler chain per sequence, run in C by `llama_sampler_sample`.
-
-    The grammar comes first so that truncation samplers only see legal tokens.
-    """
+def build_sampler_chain(model: LlamaModel, sampling: ResolvedSampling) -> Any:
+    """One sequence's sampler chain (penalties, truncation, temperature, selection), run in C."""
     chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-    if grammar is not None:
-        grammar_sampler = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
-        if not grammar_sampler:
-            C.llama_sampler_free(chain)
-            raise ApplianceError("invalid GBNF grammar in a generation request")
-        C.llama_sampler_chain_add(chain, grammar_sampler)
     if sampling.repeat_penalty != 1.0:
         C.llama_sampler_chain_add(
             chain, C.llama_sampler_init_penalties(model.n_vocab, 64, sampling.repeat_penalty, 0.0, 0.0)
@@ -208,8 +199,74 @@ def build_sampler_chain(model: LlamaModel, sampling: ResolvedSampling, grammar: 
     return chain
 
 
-def free_sampler_chain(chain: Any) -> None:
-    C.llama_sampler_free(chain)
+#: llama.cpp's `llama_token_data` (id, logit, p) as a numpy record, so candidate arrays are filled in bulk
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+
+
+class TokenSampler:
+    """One sequence's sampler.
+
+    Without a grammar, llama.cpp's chain runs in C (`llama_sampler_sample`). With one, a pass of the
+    grammar over the whole vocabulary (262k tokens for Gemma) costs more than the decode step, so by
+    default the token is sampled without it and only checked: one candidate through the grammar.
+    Only when the grammar rejects it is the token sampled again with the grammar applied first (as
+    llama.cpp's own common sampler does). At temperature 0 the tokens are those of grammar-first
+    sampling (the best legal token is the best token whenever the best token is legal); at higher
+    temperatures a kept token is legal and a rejected one is redrawn from the legal tokens, which
+    differs from grammar-first sampling only in what top-k/top-p/min-p cut before the draw.
+    """
+
+    def __init__(self, model: LlamaModel, sampling: ResolvedSampling, grammar: str | None, *, lazy: bool = True):
+        self.chain = build_sampler_chain(model, sampling)
+        self.grammar: Any = None
+        self.lazy = lazy
+        self.rejections = 0
+        self.n_vocab = model.n_vocab
+        if grammar is not None:
+            self.grammar = C.llama_sampler_init_grammar(model.vocab, grammar.encode(), b"root")
+            if not self.grammar:
+                C.llama_sampler_free(self.chain)
+                raise ApplianceError("invalid GBNF grammar in a generation request")
+            self._ids = np.arange(self.n_vocab, dtype=np.int32)
+            self._one = np.zeros(1, dtype=_TOKEN_DATA)
+
+    def sample(self, context: Any, index: int) -> int:
+        """The next token from the logits of batch entry `index`, accepted into the sampler's state."""
+        if self.grammar is None:
+            return int(C.llama_sampler_sample(self.chain, context, index))
+        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(context, index), shape=(self.n_vocab,))
+        token = self._select(logits, constrained=False) if self.lazy else -1
+        if token < 0 or not self._legal(token):
+            self.rejections += token >= 0
+            token = self._select(logits, constrained=True)
+        C.llama_sampler_accept(self.grammar, token)
+        C.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _select(self, logits: np.ndarray, *, constrained: bool) -> int:
+        candidates = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"], candidates["logit"], candidates["p"] = self._ids, logits, 0.0
+        array = C.llama_token_data_array(
+            data=candidates.ctypes.data_as(C.llama_token_data_p), size=self.n_vocab, selected=-1, sorted=False
+        )
+        if constrained:
+            C.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        C.llama_sampler_apply(self.chain, ctypes.byref(array))
+        return int(array.data[array.selected].id)
+
+    def _legal(self, token: int) -> bool:
+        """Whether the grammar allows `token` next (it sets a forbidden candidate's logit to -inf)."""
+        self._one["id"], self._one["logit"], self._one["p"] = token, 0.0, 0.0
+        array = C.llama_token_data_array(
+            data=self._one.ctypes.data_as(C.llama_token_data_p), size=1, selected=-1, sorted=False
+        )
+        C.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        return bool(np.isfinite(self._one["logit"][0]))
+
+    def free(self) -> None:
+        C.llama_sampler_free(self.chain)
+        if self.grammar is not None:
+            C.llama_sampler_free(self.grammar)
 
 
 class TokenBatch:

@@ -261,6 +261,7 @@ class TransformersBackend:
             prompt_tokens=len(sequence.prompt),
             cached_prompt_tokens=sequence.cached_tokens,
             completion_tokens=len(sequence.generated),
+            token_ids=tuple(sequence.generated),
             latency_s=time.perf_counter() - sequence.submitted_at,
         )
 

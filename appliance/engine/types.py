@@ -138,6 +138,8 @@ class Completion(BaseModel):
     completion_tokens: int
     latency_s: float
     error: str | None = None
+    #: the generated token ids (what two runs are compared by when their texts must be identical)
+    token_ids: tuple[int, ...] = ()
     #: the answer to a scoring request
     scores: TokenScores | None = None
 

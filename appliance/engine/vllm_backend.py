@@ -136,6 +136,7 @@ class VllmBackend:
                 prompt_tokens=len(output.prompt_token_ids),
                 cached_prompt_tokens=cached,
                 completion_tokens=len(choice.token_ids),
+                token_ids=tuple(choice.token_ids),
                 latency_s=time.perf_counter() - submitted,
             )
             self.counters.prompt_tokens += completion.prompt_tokens

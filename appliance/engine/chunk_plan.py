@@ -1,0 +1,46 @@
+"""Where exact mode cuts a prompt into prefill chunks, and how much of a cache a prompt may reuse.
+
+Some kernels give results that depend on where a prompt's chunks begin and end (ggml's CPU flash
+attention; Gemma 3's prefill on this CPU even without it, see docs/engine.md). So in exact mode
+every prompt is cut by a plan that is a function of the request alone: chunk ends at every
+multiple of ALIGNED_CHUNK from position 0, plus boundaries the request declares (a scoring
+request declares where its scored part starts, so that all requests scoring continuations of one
+prompt share every chunk before it). A cache serves a new prompt only as far as its chunks are
+the new prompt's own planned chunks, and then it is bit-identical to computing them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+ALIGNED_CHUNK = 64
+
+
+def chunk_plan(length: int, declared: Iterable[int] = ()) -> list[int]:
+    """The ends of a prompt's chunks: each multiple of ALIGNED_CHUNK below `length`, each declared
+    boundary inside the prompt, and `length`; a one-token chunk is joined to the chunk before it, or
+    after it when it comes first (a lone token goes through another matrix kernel than a chunk)."""
+    ends = sorted({*range(ALIGNED_CHUNK, length, ALIGNED_CHUNK), *(d for d in declared if 0 < d < length), length})
+    plan: list[int] = []
+    start = 0
+    for end in ends:
+        if end - start == 1 and plan:
+            plan[-1] = end
+        elif end - start > 1 or end == length:
+            plan.append(end)
+        else:
+            continue  # a lone first token: its chunk runs on to the next end
+        start = end
+    return plan
+
+
+def reusable_boundary(computed: list[int], plan: list[int], shared: int) -> int:
+    """How far a cache whose chunks ended at `computed` (contiguous from position 0) may serve a prompt
+    planned as `plan` that shares `shared` tokens with it: the furthest chunk end up to which both
+    cut the tokens the same way."""
+    reusable = 0
+    for mine, theirs in zip(computed, plan, strict=False):
+        if mine != theirs or mine > shared:
+            break
+        reusable = mine
+    return reusable
