@@ -74,6 +74,8 @@ class EndToEndResult(BaseModel):
     tokens_identical: bool | None = None
     requests_compared: int = 0
     requests_differing: int = 0
+    #: the differing requests by model and kind ("smollm2-135m/generation"), for whoever looks into them
+    differing_by_kind: dict[str, int] = {}
     #: per model, from the appliance arm: distinct prompt tokens (the prefix tree of every request's
     #: prompt: what no cache can avoid computing) and generated tokens; the ideal time's inputs
     unique_prefill_tokens_by_model: dict[str, int] = {}
@@ -252,6 +254,8 @@ def end_to_end(
     unique = {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
     differing = _differing(ours, theirs)
     requests_differing = _differing(served, served_baseline)
+    unmatched = (Counter(served) - Counter(served_baseline)).elements()
+    by_kind = Counter(f"{model}/{'scoring' if len(outcome) == 2 else 'generation'}" for model, _, outcome in unmatched)
     return EndToEndResult(
         conversations=conversations,
         turns=turns,
@@ -268,6 +272,7 @@ def end_to_end(
         tokens_identical=requests_differing == 0,
         requests_compared=len(served),
         requests_differing=requests_differing,
+        differing_by_kind=dict(by_kind),
         unique_prefill_tokens_by_model=unique,
         decode_tokens_by_model=dict(decoded),
         prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
@@ -298,7 +303,9 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         "",
         f"Speedup {e2e.speedup:.2f}x against the single-slot baseline{cold}. At temperature 0, every request's "
         f"generated token ids (or log-probabilities) equal the baseline's: {e2e.tokens_identical} "
-        f"({e2e.requests_differing} of {e2e.requests_compared} requests differ); stored texts and verdicts: "
+        f"({e2e.requests_differing} of {e2e.requests_compared} requests differ"
+        + (f": {', '.join(f'{k} {v}' for k, v in e2e.differing_by_kind.items())}" if e2e.differing_by_kind else "")
+        + "); stored texts and verdicts: "
         f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
         "",
     ]

@@ -362,10 +362,10 @@ def render_markdown(report: BenchReport) -> str:
         "",
         f"Ceiling: the raw loop with its fastest settings ({report.raw_config}); every setting measured at the "
         f"largest count (tok/s): {', '.join(f'{k} {v:.1f}' for k, v in report.raw_configs.items())}.",
-        "Exact mode: prompts prefilled in aligned chunks of 64 from position 0, KV reused only up to a "
-        "whole aligned chunk of prefill-computed tokens, one KV stream per sequence (batch-invariant), with the "
-        "ceiling's attention kernel. Fast mode: any KV reused, free chunking, the ceiling's kernel and KV layout. "
-        "Default: exact mode with flash attention off, as models.toml ships.",
+        "Exact mode: every prompt cut by a plan of its own (chunk ends at multiples of 64 and where a scoring "
+        "request's scored part starts), prefill-computed KV reused only where the plans agree, one KV stream per "
+        "sequence (batch-invariant), with the ceiling's attention kernel. Fast mode: any KV reused, free chunking, "
+        "the ceiling's kernel and KV layout. Default: exact mode with flash attention off, as models.toml ships.",
         "",
         "| sequences | exact tok/s | fast tok/s | default tok/s | raw loop tok/s | exact / raw | fast / raw "
         "| default / raw | exact / fast |",
