@@ -102,6 +102,29 @@ def test_continuing_a_conversation_reuses_its_cache_and_matches_a_fresh_prefill(
             fresh_reference.close()
 
 
+def test_two_roles_taking_turns_on_one_model_keep_each_others_cache(smollm2_path: Path) -> None:
+    """An interrogator and a player on the same model, one request at a time: each one's next turn
+    finds its own cache, though the other's request ran in between (it must not overwrite it)."""
+    backend = LlamaCppBackend(smollm2_path, name="turns", context_length=1024, slots=4)
+    histories = {
+        "asker": [Message(role="system", content="You ask short questions about clocks." + BACKGROUND)],
+        "answerer": [Message(role="system", content="You answer as a clock maker." + BACKGROUND)],
+    }
+    reused: dict[str, list[int]] = {"asker": [], "answerer": []}
+    try:
+        for _ in range(2):
+            for role, history in histories.items():
+                history.append(Message(role="user", content="Go on."))
+                request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key=role)
+                reply = _run(backend, [request])[0]
+                reused[role].append(reply.cached_prompt_tokens)
+                history.append(Message(role="assistant", content=reply.text))
+    finally:
+        backend.close()
+    # The second turn reuses at least one aligned chunk beyond the few tokens both prompts open with.
+    assert all(second >= ALIGNED_CHUNK for _, second in reused.values()), reused
+
+
 def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
     backend = LlamaCppBackend(smollm2_path, name="fast", context_length=1024, slots=2, exact_kv=False)
     try:

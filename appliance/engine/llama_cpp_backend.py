@@ -398,7 +398,7 @@ class LlamaCppBackend:
                 ((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1]
             )
             cached = max(min(_common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
-            slot = self._choose_slot(idle, job, shared)
+            slot = self._choose_slot(idle, job)
             keep = self._reuse_prefix(slot, job, source, shared)
             self.counters.recomputed_cached_tokens += max(0, cached - keep) if self.reuse_cache else 0
             slot.job = job
@@ -477,15 +477,19 @@ class LlamaCppBackend:
             return shared
         return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
 
-    def _choose_slot(self, idle: list[_Slot], job: _Job, best_shared: int) -> _Slot:
+    def _choose_slot(self, idle: list[_Slot], job: _Job) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
 
-        If that slot holds a cache worth more than the least recently used idle one
-        (its own conversation, or something used more recently), that cache is moved
-        there first; the prefix the request needs is then copied in by `_reuse_prefix`.
+        If the request would keep little of that slot's cache (another conversation's, or a
+        transcript other judges may still fork), the cache is first moved to the least recently
+        used spare slot, when that one holds nothing or something older; the prefix the request
+        needs is then copied in by `_reuse_prefix`. Without this, two roles alternating on one
+        model would overwrite each other's cache at every turn.
         """
         target = idle[0]
-        if not target.cached or self._reusable(target, job, self._reuse_limit(job)) >= best_shared:
+        kept = self._reusable(target, job, self._reuse_limit(job))
+        own = target.key is not None and target.key == job.request.conversation_key
+        if own or len(target.cached) - kept < MIN_SHARED_PREFIX:
             return target
         spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key]
         if spare:
