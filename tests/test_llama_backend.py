@@ -125,6 +125,34 @@ def test_two_roles_taking_turns_on_one_model_keep_each_others_cache(smollm2_path
     assert all(second >= ALIGNED_CHUNK for _, second in reused.values()), reused
 
 
+def test_moving_a_cache_aside_never_overwrites_the_cache_a_request_forks(
+    smollm2_path: Path, fresh_backend: LlamaCppBackend
+) -> None:
+    """Two slots: the lowest holds an unrelated conversation, the other (older) holds the prefix the new
+    request shares. Moving the unrelated cache aside must not land on that prefix: the request's reply
+    equals a fresh prefill's, and it still reuses the shared prefix."""
+    backend = LlamaCppBackend(smollm2_path, name="two", context_length=1024, slots=2)
+    shared_system = Message(role="system", content="You are a harbour guide." + BACKGROUND)
+    other_system = Message(role="system", content="You sort library books by colour." + BACKGROUND[::-1])
+
+    def ask(system: Message, question: str, key: str) -> GenerationRequest:
+        return GenerationRequest(
+            messages=(system, Message(role="user", content=question)), sampling=GREEDY, conversation_key=key
+        )
+
+    try:
+        _run(backend, [ask(shared_system, "When does the ferry leave?", "first")])  # slot 0
+        _run(backend, [ask(other_system, "Which shelf is blue?", "other")])  # moves it to slot 1, takes slot 0
+        request = ask(shared_system, "Where is the tea room?", "third")
+        reply = _run(backend, [request])[0]
+    finally:
+        backend.close()
+    fresh_backend.forget_caches()
+    fresh = _run(fresh_backend, [request])[0]
+    assert reply.cached_prompt_tokens >= ALIGNED_CHUNK
+    assert reply.token_ids == fresh.token_ids
+
+
 def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
     backend = LlamaCppBackend(smollm2_path, name="fast", context_length=1024, slots=2, exact_kv=False)
     try:

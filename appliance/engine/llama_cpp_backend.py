@@ -394,11 +394,9 @@ class LlamaCppBackend:
                 deferred.append(job)
                 continue
             limit = self._reuse_limit(job)
-            source, shared = max(
-                ((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1]
-            )
             cached = max(min(_common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
-            slot = self._choose_slot(idle, job)
+            slot = self._choose_slot(idle, job, self._best_source(job, limit)[0])
+            source, shared = self._best_source(job, limit)  # again: the choice may have moved a cache
             keep = self._reuse_prefix(slot, job, source, shared)
             self.counters.recomputed_cached_tokens += max(0, cached - keep) if self.reuse_cache else 0
             slot.job = job
@@ -477,21 +475,26 @@ class LlamaCppBackend:
             return shared
         return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
 
-    def _choose_slot(self, idle: list[_Slot], job: _Job) -> _Slot:
+    def _best_source(self, job: _Job, limit: int) -> tuple[_Slot, int]:
+        """The slot whose cache can serve the longest prefix of the job's prompt, and how long."""
+        return max(((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1])
+
+    def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
 
         If the request would keep little of that slot's cache (another conversation's, or a
         transcript other judges may still fork), the cache is first moved to the least recently
         used spare slot, when that one holds nothing or something older; the prefix the request
         needs is then copied in by `_reuse_prefix`. Without this, two roles alternating on one
-        model would overwrite each other's cache at every turn.
+        model would overwrite each other's cache at every turn. The slot the request forks from
+        (`source`) is never the one overwritten.
         """
         target = idle[0]
         kept = self._reusable(target, job, self._reuse_limit(job))
         own = target.key is not None and target.key == job.request.conversation_key
         if own or len(target.cached) - kept < MIN_SHARED_PREFIX:
             return target
-        spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key]
+        spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key and slot is not source]
         if spare:
             victim = min(spare, key=lambda slot: (bool(slot.cached), slot.last_used))
             if not victim.cached or victim.last_used < target.last_used:
