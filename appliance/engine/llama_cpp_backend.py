@@ -395,9 +395,11 @@ class LlamaCppBackend:
                 continue
             limit = self._reuse_limit(job)
             cached = max(min(_common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
-            slot = self._choose_slot(idle, job, self._best_source(job, limit)[0])
-            source, shared = self._best_source(job, limit)  # again: the choice may have moved a cache
-            keep = self._reuse_prefix(slot, job, source, shared)
+            reusable = {other.seq_id: self._reusable(other, job, limit) for other in self.slots}
+            source = max(self.slots, key=lambda other: reusable[other.seq_id])
+            # A move never lands on `source`, so what it can serve stays as measured here.
+            slot = self._choose_slot(idle, job, source, kept=reusable[idle[0].seq_id])
+            keep = self._reuse_prefix(slot, job, source, reusable[source.seq_id])
             self.counters.recomputed_cached_tokens += max(0, cached - keep) if self.reuse_cache else 0
             slot.job = job
             slot.key = job.request.conversation_key
@@ -475,11 +477,7 @@ class LlamaCppBackend:
             return shared
         return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
 
-    def _best_source(self, job: _Job, limit: int) -> tuple[_Slot, int]:
-        """The slot whose cache can serve the longest prefix of the job's prompt, and how long."""
-        return max(((other, self._reusable(other, job, limit)) for other in self.slots), key=lambda pair: pair[1])
-
-    def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot) -> _Slot:
+    def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot, *, kept: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
 
         If the request would keep little of that slot's cache (another conversation's, or a
@@ -487,10 +485,10 @@ class LlamaCppBackend:
         used spare slot, when that one holds nothing or something older; the prefix the request
         needs is then copied in by `_reuse_prefix`. Without this, two roles alternating on one
         model would overwrite each other's cache at every turn. The slot the request forks from
-        (`source`) is never the one overwritten.
+        (`source`) is never the one overwritten. `kept`: how much of the lowest idle slot's cache
+        the request can use.
         """
         target = idle[0]
-        kept = self._reusable(target, job, self._reuse_limit(job))
         own = target.key is not None and target.key == job.request.conversation_key
         if own or len(target.cached) - kept < MIN_SHARED_PREFIX:
             return target
