@@ -44,9 +44,11 @@ lint: install
 	$(BIN)/mypy
 
 # Regenerate the default panel's shipped calibrations (judges/calibrations/default/) from the human
-# labels in ../shared: FED turn level (Overall, which runs apply to PingPong, and Relevant) and USR
-# Overall. About 45 minutes on 2 cores with nothing else running; features are stored, so a second
-# criterion of the same set costs a minute.
+# labels in ../shared: with turn_followups (the default panel's template), FED turn level Overall
+# (which runs apply to PingPong) and Relevant; with turn_likelihood (8 follow-ups, a baseline after
+# the conversation alone), FED Overall and Relevant and USR Overall. About 100 minutes on 2
+# cores with nothing else running; features are stored, so a second criterion of the same set and
+# template costs a minute.
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
 SHIP := --panel default --ship --db $(CALDB)
@@ -54,6 +56,8 @@ calibrations: install
 	mkdir -p out
 	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db $(CALDB)
 	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db $(CALDB)
+	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_followups $(SHIP)
+	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_followups $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)

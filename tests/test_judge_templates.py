@@ -46,6 +46,7 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "simulbench_rating": "rating",
         "deepeval_role_rating": "rating",
         "turn_likelihood": "likelihood",
+        "turn_followups": "likelihood",
         "dialogue_likelihood": "likelihood",
         "instruction_likelihood": "likelihood",
         "turn_expected": "expected",

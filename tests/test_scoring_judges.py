@@ -419,3 +419,49 @@ def test_a_label_set_with_one_criterion_needs_no_criterion_and_two_need_one() ->
     assert choose_criterion(labels("coherence"), None) == "coherence"
     with pytest.raises(ApplianceError, match="--criterion: label set 'coherence-set' needs one of: coherence, fluency"):
         choose_criterion(labels("coherence", "fluency"), None)
+
+
+def followup_scorer(request: GenerationRequest) -> TokenScores:
+    """Only the follow-up 'Fair enough.' reads the response's quality; every other request is loud noise."""
+    assert request.scoring is not None
+    text = f"{request.prompt}{request.scoring.continuation}"
+    qualities = re.findall(r"quality (\d+)", text)
+    level = int(qualities[-1]) if qualities else 5
+    rng = random.Random(text)
+    tells = request.scoring.continuation == " Fair enough."
+    value = level / 3 + rng.uniform(-0.1, 0.1) if tells else rng.uniform(-4, 4)
+    return TokenScores(token_logprobs=(value,) * max(1, len(request.scoring.continuation.split())))
+
+
+def test_each_follow_up_is_a_feature_and_the_calibration_finds_the_one_that_tells(tmp_path: Path) -> None:
+    judges = tmp_path / "judges"
+    shutil.copytree(REPO / "judges", judges, ignore=shutil.ignore_patterns("calibrations"))
+    shipped = load_judge_template(judges / "turn_likelihood.toml")
+    assert shipped.model_copy(update={"each_followup": False}).fingerprint() == shipped.fingerprint()
+    assert shipped.model_copy(update={"each_followup": True}).fingerprint() != shipped.fingerprint()
+    source = (judges / "turn_likelihood.toml").read_text()
+    lists = source[source.index("positive = [") :]
+    each = source.replace(lists, 'positive = ["Nice.", "Fair enough."]\nnegative = ["Huh?", "What?"]\n')
+    each = each.replace('mode = "likelihood"', 'mode = "likelihood"\neach_followup = true')
+    (judges / "turn_each.toml").write_text(each)
+    template = load_judge_template(judges / "turn_each.toml")
+    assert {"positive_1", "positive_2", "negative_1", "negative_2"} <= set(template.outputs())
+
+    def judges_reading_one_follow_up(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
+        return ScriptedBackend(spec.name, lambda request: "", scorer=followup_scorer)
+
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, feature_rows())
+        request = CalibrationRequest(
+            Panel(name="duo", judges=["smollm2-135m"]), "synthetic", criterion="overall", template="turn_each", seed=3
+        )
+        report = run_calibration(
+            store, load_catalog(REPO / "models.toml"), request, judges, backend_factory=judges_reading_one_follow_up
+        ).report
+        stored = [json.loads(row[0]) for row in store.query("SELECT features FROM label_judgments")]
+    assert len(stored) == 48 and all(set(values) == set(template.outputs()) for values in stored)
+    for values in stored:
+        assert values["followup_positive"] == pytest.approx((values["positive_1"] + values["positive_2"]) / 2)
+    alone = {name: row["spearman"]["value"] for name, row in report["features"]["smollm2-135m"].items()}
+    assert alone["positive_2"] > 0.9 and alone["followup"] < 0.7  # the mean drowns the one that tells in noise
+    assert report["panel_calibrated"]["spearman"]["value"] > alone["followup"] + 0.2

@@ -8,6 +8,8 @@ from statistics import fmean
 from appliance.episodes import EpisodeContext
 from appliance.judging.scoring_templates import (
     BASELINE,
+    EACH_NEGATIVE,
+    EACH_POSITIVE,
     FOLLOWUP,
     GAIN,
     LOGPROB,
@@ -69,6 +71,9 @@ async def scoring_features(
         POSITIVE: fmean(after[:split]),
         NEGATIVE: fmean(after[split:]),
     }
+    if template.each_followup:
+        features |= {f"{EACH_POSITIVE}{i}": value for i, value in enumerate(after[:split], start=1)}
+        features |= {f"{EACH_NEGATIVE}{i}": value for i, value in enumerate(after[split:], start=1)}
     rest = results[count:]
     if template.baseline_prompt:
         before = [value for value, _ in rest[:count]]

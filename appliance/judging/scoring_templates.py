@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOGPROB, PRIOR, PMI, FOLLOWUP, TOKENS = "logprob", "prior", "pmi", "followup", "tokens"
 POSITIVE, NEGATIVE = "followup_positive", "followup_negative"
 BASELINE, GAIN = "followup_baseline", "followup_gain"
+#: prefixes of the per-follow-up features of a template with `each_followup` (numbered from 1)
+EACH_POSITIVE, EACH_NEGATIVE = "positive_", "negative_"
 EXPECTED, ENTROPY = "expected", "entropy"
 #: bump when `judging/scoring.py` computes a feature differently: cached features are then recomputed
 FEATURE_CODE = "features-2"
@@ -44,10 +46,16 @@ class _ScoringTemplateBase(BaseModel):
     #: what the feature that stands for the whole verdict is (shown raw, before calibration)
     summary: str
 
+    #: fields added after calibrations were shipped: left out of the fingerprint while at their default,
+    #: so a template that does not use them keeps the fingerprint its shipped calibrations name
+    added_later: ClassVar[frozenset[str]] = frozenset()
+
     def fingerprint(self) -> str:
         """Identifies prompts, word lists and how features are computed: stored features are reused only
         for the same template and feature code."""
-        return hashlib.sha256((self.model_dump_json() + FEATURE_CODE).encode()).hexdigest()[:16]
+        defaults = {name for name in self.added_later if getattr(self, name) == type(self).model_fields[name].default}
+        dumped = self.model_dump_json(exclude=defaults or None)
+        return hashlib.sha256((dumped + FEATURE_CODE).encode()).hexdigest()[:16]
 
     def outputs(self) -> list[str]:
         raise NotImplementedError
@@ -77,6 +85,10 @@ class LikelihoodTemplate(_ScoringTemplateBase):
     positive: list[str] = Field(min_length=1)
     negative: list[str] = Field(min_length=1)
     max_context_chars: int = Field(default=DEFAULT_CONTEXT_CHARS, ge=100)
+    #: each follow-up's mean log-probability after the response is a feature of its own too
+    #: (`positive_1`..., `negative_1`...): a calibration then learns which follow-ups tell most
+    each_followup: bool = False
+    added_later: ClassVar[frozenset[str]] = frozenset({"each_followup"})
 
     @model_validator(mode="after")
     def _check(self) -> LikelihoodTemplate:
@@ -93,6 +105,9 @@ class LikelihoodTemplate(_ScoringTemplateBase):
         if self.prior_prompt:
             features += [PRIOR, PMI]
         features += [FOLLOWUP, POSITIVE, NEGATIVE]
+        if self.each_followup:
+            features += [f"{EACH_POSITIVE}{i}" for i in range(1, len(self.positive) + 1)]
+            features += [f"{EACH_NEGATIVE}{i}" for i in range(1, len(self.negative) + 1)]
         return features + ([BASELINE, GAIN] if self.baseline_prompt else [])
 
 
