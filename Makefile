@@ -44,11 +44,13 @@ lint: install
 	$(BIN)/mypy
 
 # Regenerate the default panel's shipped calibrations (judges/calibrations/default/) from the human
-# labels in ../shared: with turn_followups (the default panel's template), FED turn level Overall
-# (which runs apply to PingPong) and Relevant; with turn_likelihood (8 follow-ups, a baseline after
-# the conversation alone), FED Overall and Relevant and USR Overall. About 100 minutes on 2
-# cores with nothing else running; features are stored, so a second criterion of the same set and
-# template costs a minute.
+# labels in ../shared. With turn_followups (the default panel's template): FED turn level Overall,
+# Engaging and Fluent (what runs apply to PingPong's final, entertaining and fluent scores), FED
+# Relevant and USR Overall (held-out reports only); with dialogue_followups, a seeded 200 of DSTC9's
+# interactive dialogues (report only); with turn_likelihood (8 follow-ups, a baseline after the
+# conversation alone), FED Overall and Relevant and USR Overall (reports only). Features are
+# stored, so a second criterion of the same set and template costs a minute; reading FED turn level
+# once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25.
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
 SHIP := --panel default --ship --db $(CALDB)
@@ -56,8 +58,12 @@ calibrations: install
 	mkdir -p out
 	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db $(CALDB)
 	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db $(CALDB)
-	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_followups $(SHIP)
-	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_followups $(SHIP)
+	$(BIN)/appliance labels import $(LABELS)/dstc9_interactive --format dstc9 --db $(CALDB)
+	for criterion in Overall Engaging Fluent Relevant; do \
+		$(BIN)/appliance calibrate --labels fed-turn --criterion $$criterion --template turn_followups $(SHIP) || exit 1; \
+	done
+	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups $(SHIP)
+	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 200 --template dialogue_followups $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)

@@ -141,7 +141,7 @@ class EpisodeContext:
     async def score(
         self,
         role: str,
-        prompt: str,
+        prompt: str | Sequence[Message],
         *,
         continuation: str = "",
         choices: tuple[str, ...] = (),
@@ -150,12 +150,14 @@ class EpisodeContext:
     ) -> TokenScores:
         """Log-probabilities from the model bound to `role` (or `model`): prefill only, nothing recorded.
 
-        `prompt` is raw text (control tokens parsed), so a likelihood judge sees exactly its template.
+        `prompt` is raw text (control tokens parsed), so a likelihood judge sees exactly its template;
+        or messages, formatted by the model's chat format (the continuation is then the reply's start).
         A prompt that does not fit, or a choice that is not one token, fails the episode.
         """
         target = self.roles[f"{role}:{model}" if model is not None else role].model
         request = GenerationRequest(
-            prompt=prompt,
+            prompt=prompt if isinstance(prompt, str) else None,
+            messages=() if isinstance(prompt, str) else tuple(prompt),
             scoring=ScoringRequest(continuation=continuation, choices=choices),
             conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
         )

@@ -431,8 +431,18 @@ def test_the_default_panel_reads_probabilities_and_prints_calibrated_scores_that
     assert modes == {"likelihood"}
     assert len(calibrated) == 2 and all(value is not None and 0.0 <= value <= 4.0 for value in calibrated)
     assert len(set(calibrated)) == 2  # two conversations, two different calibrated scores
+    # entertaining and fluent are calibrated to their own FED criteria (0-2); in-character has no labels
+    criteria = board["criterion_calibrations"]
+    assert {m: (c["label_set"], c["criterion"]) for m, c in criteria.items()} == {
+        "entertaining": ("fed-turn", "Engaging"),
+        "fluent": ("fed-turn", "Fluent"),
+    }
+    (row,) = board["rows"]
+    assert all(0.0 <= row[f"calibrated_{m}"] <= 2.0 for m in ("entertaining", "fluent"))
+    assert row["in_character"] is None
     by_name = {name: (low, high) for name, low, high in features}
     assert by_name["logprob"][1] < 0.0 and by_name["tokens"][0] >= 1.0
     assert by_name["positive_16"][1] < 0.0 and by_name["negative_16"][1] < 0.0  # every follow-up read alone too
     printed = cli("report", board["run_id"], "--db", db)
     assert "fed-turn" in printed.stdout and "Overall" in printed.stdout
+    assert "'Engaging'" in printed.stdout and "'Fluent'" in printed.stdout and "Spearman" in printed.stdout

@@ -288,6 +288,10 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
             store, catalog, summary.run_id, Panel(name="q", judges=["gemma3-270m"]), backend_factory=factory
         )
         by_gemma = build_deepeval_report(store, summary.run_id, "deepeval", panel="q")
+        reading = Panel(name="lik", judges=["gemma3-270m"], judging="likelihood")
+        rescore_run(store, catalog, summary.run_id, reading, backend_factory=factory)
+        read = store.query("SELECT DISTINCT mode, template FROM judgments WHERE panel = 'lik'")
+        by_reading = build_deepeval_report(store, summary.run_id, "deepeval", panel="lik")
         pools = store.query("SELECT metadata FROM episodes WHERE run_id = ?", [summary.run_id])
     assert summary.episodes_total == 6 * 2 and summary.episodes_failed == 0  # 6 tasks x both orders of the pair
     prompts = [m.content for backend in backends for request in backend.requests for m in request.messages]
@@ -314,6 +318,10 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     )
     assert again[("code_review", "smollm2-135m", "programmer")] == 1.0
     assert [row.payoff.mean for row in by_gemma.symmetric] == [row.payoff.mean for row in report.symmetric]
+    # a panel that reads probabilities reads the role ratings (nothing sampled): scores between the integers
+    assert read == [("expected", "deepeval_role_rating")]
+    read_ratings = [row.payoff.mean for row in by_reading.asymmetric if row.role in ("reviewer", "proofreader")]
+    assert read_ratings and all(v is not None and 1.0 <= v <= 10.0 and v != round(v) for v in read_ratings)
     hits = {(row.task, row.model): row.extras["hits"] for row in report.symmetric if "hits" in row.extras}
     assert hits[("idiom_chain", "smollm2-135m")] == 0.5  # one valid move when it starts, none when it answers a pass
 

@@ -48,6 +48,7 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "turn_likelihood": "likelihood",
         "turn_followups": "likelihood",
         "dialogue_likelihood": "likelihood",
+        "dialogue_followups": "likelihood",
         "instruction_likelihood": "likelihood",
         "turn_expected": "expected",
     }

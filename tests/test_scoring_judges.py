@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -19,7 +20,7 @@ from appliance.bench.scoring import scoring_bench
 from appliance.calibration.apply import pick_calibrations, stale_calibrations
 from appliance.calibration.features import FeatureCalibration, RidgeModel, fit_ridge, simplex_weights
 from appliance.calibration.metrics import bootstrap_metrics
-from appliance.calibration.pipeline import CalibrationRequest, choose_criterion, run_calibration
+from appliance.calibration.pipeline import CalibrationRequest, choose_criterion, default_template, run_calibration
 from appliance.calibration.shipped import write_shipped
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
@@ -28,17 +29,20 @@ from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scoring import log_softmax
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling, ScoringRequest, TokenScores
+from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.judging.panels import Panel, load_panels
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
-from appliance.judging.templates import load_judge_template
-from appliance.labels.model import HumanLabel, LabelSet
+from appliance.judging.templates import RatingTemplate, judge_messages, load_judge_template
+from appliance.judging.verdicts import ask_judge
+from appliance.labels.model import HumanLabel, LabelKind, LabelSet
 from appliance.runner import RunConfig, Runner
 from appliance.scenarios.pingpong.family import PingPongFamily
 from appliance.scenarios.pingpong.report import build_leaderboard
+from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.labels import write_calibration
-from appliance.store.records import CalibrationRecord
+from appliance.store.records import CalibrationRecord, JudgmentRecord
 from tests.fakes import scripted_factory
 from tests.test_calibration import import_rows
 
@@ -283,11 +287,13 @@ def test_features_are_stored_with_the_verdicts_and_held_out_items_never_reach_th
 # -- a likelihood panel in a run: features per reply, the calibration that applies, and the one that does not --
 
 
-def likelihood_calibration(panel: Panel, fingerprint: str, calibration_id: str) -> CalibrationRecord:
+def likelihood_calibration(
+    panel: Panel, fingerprint: str, calibration_id: str, criterion: str = "Overall", top: float = 4.0
+) -> CalibrationRecord:
     model = FeatureCalibration(
-        {judge: RidgeModel(("followup",), (0.0,), (1.0,), (1.0,), 2.0, 1.0) for judge in panel.judges},
+        {judge: RidgeModel(("followup",), (0.0,), (1.0,), (1.0,), top / 2, top / 4) for judge in panel.judges},
         dict.fromkeys(panel.judges, 1.0 / len(panel.judges)),
-        (0.0, 4.0),
+        (0.0, top),
     )
     return CalibrationRecord(
         calibration_id=calibration_id,
@@ -295,13 +301,13 @@ def likelihood_calibration(panel: Panel, fingerprint: str, calibration_id: str) 
         panel=panel.name,
         judges=list(panel.judges),
         label_set="fed-turn",
-        criterion="Overall",
+        criterion=criterion,
         template="turn_likelihood",
         seed=0,
         fit_items=[],
         heldout_items=[],
-        model=model.to_json() | {"human_scale": [0.0, 4.0], "template_fingerprint": fingerprint},
-        metrics={},
+        model=model.to_json() | {"human_scale": [0.0, top], "template_fingerprint": fingerprint},
+        metrics={"panel_calibrated": {"spearman": {"value": 0.25, "ci": [0.1, 0.4]}}},
     )
 
 
@@ -325,6 +331,11 @@ def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names
     with Store.open(tmp_path / "db.duckdb") as store:
         write_calibration(store, likelihood_calibration(panel, "an older template", "cal-stale"))
         write_calibration(store, likelihood_calibration(panel, template.fingerprint(), "cal-current"))
+        # PingPong's fluent score is calibrated to FED Fluent; no calibration fits Engaging, and one fitted
+        # on another criterion (Relevant) maps no PingPong score
+        fluent = likelihood_calibration(panel, template.fingerprint(), "cal-fluent", criterion="Fluent", top=2.0)
+        write_calibration(store, fluent)
+        write_calibration(store, likelihood_calibration(panel, template.fingerprint(), "cal-rel", "Relevant"))
         factory = scripted_factory(lambda model, request: f"A reply from {model}.")
         summary = Runner(catalog, store, backend_factory=factory).execute(config, [family])
         assert summary.episodes_finished == 6
@@ -335,12 +346,20 @@ def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names
         )
         assert {row[0] for row in features} == set(template.outputs())
         board = build_leaderboard(store, summary.run_id)
+        stored_config = store.run(summary.run_id)["config"]
         assert stale_calibrations(store, panel, "turn_likelihood", REPO / "judges") == ["cal-stale"]
     assert board.calibration is not None and board.calibration["calibration_id"] == "cal-current"
     assert (board.calibration["label_set"], board.calibration["criterion"]) == ("fed-turn", "Overall")
+    assert board.calibration["heldout_spearman"] == 0.25
     calibrated = [row.calibrated_final for row in board.rows]
     assert all(value is not None and 0.0 <= value <= 4.0 for value in calibrated)
     assert len(set(calibrated)) == len(calibrated)  # the scripted features differ, so do the scores
+    assert set(board.criterion_calibrations) == {"fluent"}
+    assert board.criterion_calibrations["fluent"]["criterion"] == "Fluent"
+    fluent_scores = [row.calibrated_fluent for row in board.rows]
+    assert all(value is not None and 0.0 <= value <= 2.0 for value in fluent_scores)
+    assert fluent_scores != calibrated and all(row.calibrated_entertaining is None for row in board.rows)
+    assert RunConfig(**stored_config).calibrations == {"pingpong": "cal-current", "pingpong:fluent": "cal-fluent"}
 
 
 def test_a_shipped_calibration_applies_only_to_its_template_version(tmp_path: Path) -> None:
@@ -465,3 +484,124 @@ def test_each_follow_up_is_a_feature_and_the_calibration_finds_the_one_that_tell
     alone = {name: row["spearman"]["value"] for name, row in report["features"]["smollm2-135m"].items()}
     assert alone["positive_2"] > 0.9 and alone["followup"] < 0.7  # the mean drowns the one that tells in noise
     assert report["panel_calibrated"]["spearman"]["value"] > alone["followup"] + 0.2
+
+
+#: a SimulBench script's fields, with an earlier turn that a shorter prompt leaves out
+_RATED = {"task": "A Linux terminal.", "history": "User: a long history\nSystem: of earlier turns", "request": "pwd"}
+
+
+def _read_ratings(
+    backend: Backend, template: RatingTemplate, replies: list[str], *, panel_reads_probabilities: bool = True
+) -> list[JudgmentRecord]:
+    """Ask one judge (the backend's model) to rate each reply through `ask_judge`, under a likelihood
+    panel (or a sampled one); every reply's requests go out together."""
+    scheduler = Scheduler({backend.name: backend})
+    ctx = EpisodeContext(
+        "e",
+        0,
+        scheduler,
+        {f"judge:{backend.name}": RoleBinding(backend.name)},
+        likelihood_template="turn_followups" if panel_reads_probabilities else None,
+    )
+    variables = dict(_RATED)
+
+    async def run() -> list[list[JudgmentRecord]]:
+        asks = [
+            ask_judge(
+                ctx,
+                template,
+                variables | {"response": reply},
+                judge_model=backend.name,
+                panel="p",
+                target_idx=index,
+                shorter=[variables | {"response": reply, "history": ""}],
+            )
+            for index, reply in enumerate(replies)
+        ]
+        work = asyncio.ensure_future(asyncio.gather(*asks))
+        await scheduler.drive(work)
+        return await work
+
+    return [records[0] for records in asyncio.run(run())]
+
+
+def test_a_likelihood_panel_reads_a_rating_judge_instead_of_sampling_it() -> None:
+    template = load_judge_template(REPO / "judges" / "simulbench_rating.toml")
+    assert isinstance(template, RatingTemplate)
+
+    def favours_the_right_answer(request: GenerationRequest) -> TokenScores:
+        """The judge puts its mass near 9 for the right output and near 2 for anything else."""
+        assert request.scoring is not None and request.messages
+        value = int(re.findall(r"\d+", request.scoring.continuation)[0])
+        target = 9 if "/home/user" in request.messages[-1].content else 2
+        return TokenScores(token_logprobs=(-0.5, -abs(value - target) * 1.5), choice_logprobs=())
+
+    backend = ScriptedBackend("j", lambda request: '{"reasoning": "x", "score": 5}', scorer=favours_the_right_answer)
+    good, bad = _read_ratings(backend, template, ["/home/user", "ls: command not found"])
+    assert all(request.scoring is not None for request in backend.requests)  # nothing sampled
+    assert len(backend.requests) == 2 * 10  # one scored verdict per value of the 1-10 scale, per reply
+    assert {r.scoring.continuation for r in backend.requests if r.scoring} == {
+        f'{{"score": {v}}}' for v in range(1, 11)
+    }
+    assert [r.mode for r in (good, bad)] == ["expected", "expected"] and good.parsed and bad.parsed
+    assert good.score is not None and bad.score is not None
+    assert 8.0 < good.score < 9.5 and 1.5 < bad.score < 3.0
+    shares = json.loads(good.raw_text)
+    assert sum(shares[f"p_{v}"] for v in range(1, 11)) == pytest.approx(1.0)
+    assert max(range(1, 11), key=lambda v: shares[f"p_{v}"]) == 9
+    # a sampled panel still samples the same judge
+    sampled_backend = ScriptedBackend("j", lambda request: '{"reasoning": "x", "score": 5}')
+    (sampled,) = _read_ratings(sampled_backend, template, ["/home/user"], panel_reads_probabilities=False)
+    assert sampled.mode == "rating" and sampled.score == 5.0
+    assert all(request.scoring is None for request in sampled_backend.requests)
+
+
+def test_a_read_rating_that_does_not_fit_tries_the_shorter_prompt() -> None:
+    template = load_judge_template(REPO / "judges" / "simulbench_rating.toml")
+    assert isinstance(template, RatingTemplate)
+    full = sum(len(m.content) for m in judge_messages(template, _RATED | {"response": "ok"}))
+    backend = ScriptedBackend("j", lambda request: "", context_chars=full - 1)
+    (record,) = _read_ratings(backend, template, ["ok"])
+    assert record.parsed and record.score is not None
+    assert all("long history" not in request.messages[-1].content for request in backend.requests[10:])
+    tiny = ScriptedBackend("j", lambda request: "", context_chars=10)
+    (unjudged,) = _read_ratings(tiny, template, ["ok"])
+    assert not unjudged.parsed and unjudged.score is None and "not judged" in unjudged.raw_text
+
+
+@pytest.mark.real_model
+def test_a_read_rating_on_the_real_model_is_a_distribution_over_the_scale_and_batch_invariant(
+    smollm2: LlamaCppBackend,
+) -> None:
+    template = load_judge_template(REPO / "judges" / "simulbench_rating.toml")
+    assert isinstance(template, RatingTemplate)
+    replies = ["/home/user", "I am sorry, I cannot help with that request."]
+    together = _read_ratings(smollm2, template, replies)
+    smollm2.forget_caches()
+    alone = [_read_ratings(smollm2, template, [reply])[0] for reply in replies]
+    for read in together:
+        assert read.parsed and read.score is not None and 1.0 <= read.score <= 10.0
+        shares = json.loads(read.raw_text)
+        assert sum(shares[f"p_{v}"] for v in range(1, 11)) == pytest.approx(1.0)
+        assert shares["entropy"] > 0.0
+    assert together[0].score != together[1].score  # the two replies are read differently
+    assert [r.raw_text for r in together] == [r.raw_text for r in alone]  # the same bits, batched or alone
+
+
+def test_a_likelihood_panel_rates_label_sets_with_probability_templates_by_default() -> None:
+    panels = load_panels(REPO / "judges" / "panels.toml")
+    kinds: tuple[LabelKind, ...] = ("turn", "dialogue", "pairwise")
+    chosen = {
+        (panel, kind): default_template(LabelSet("s", kind, "jsonl", "", [], []), panels[panel])
+        for panel in ("default", "sampled")
+        for kind in kinds
+    }
+    assert chosen == {
+        ("default", "turn"): panels["default"].likelihood_template,  # what its runs read, so calibrations apply
+        ("default", "dialogue"): "dialogue_followups",
+        ("default", "pairwise"): "instruction_likelihood",
+        ("sampled", "turn"): "turn_rating",
+        ("sampled", "dialogue"): "dialogue_rating",
+        ("sampled", "pairwise"): "pairwise_preference",
+    }
+    assert panels["default"].likelihood_template == "turn_followups"

@@ -3,9 +3,10 @@
 A calibration maps each judge's summary score on one template (e.g. the
 mean of the PingPong Likert criteria), or a likelihood judge's features, to
 a human scale. A family names the template its judges use and the metric
-that carries the calibrated value; the calibrated episode value is the mean
-over judged targets (turns) of the calibrated panel value, stored beside the
-raw one with the calibration id.
+that carries the calibrated value (under a likelihood panel, several metrics,
+each calibrated to its own human criterion); the calibrated episode value is
+the mean over judged targets (turns) of the calibrated panel value, stored
+beside the raw one with the calibration id.
 
 Which calibration: the newest one in the store for the panel, its judges,
 the template and the template's current fingerprint (and the label set and
@@ -43,10 +44,26 @@ def calibrated_template(stage: JudgedFamily, panel: Panel) -> str | None:
     return stage.judge_template
 
 
+def calibrated_metrics(stage: JudgedFamily, panel: Panel) -> dict[str, tuple[str, str] | None]:
+    """Each episode metric a calibration of this panel maps, with the label set and criterion that
+    calibration must be fitted on (None: whatever the panel was calibrated on)."""
+    if panel.judging == "likelihood" and stage.likelihood_targets:
+        return dict(stage.likelihood_targets)
+    return {stage.calibrated_metric: None} if stage.calibrated_metric else {}
+
+
+def calibration_key(stage: ScenarioFamily, metric: str) -> str:
+    """Where a run's config names the calibration of a stage's metric: the stage's name for its main
+    calibrated metric (as every stored run does), `stage:metric` for another criterion."""
+    main = stage.calibrated_metric if isinstance(stage, JudgedFamily) else None
+    return stage.name if metric == main else f"{stage.name}:{metric}"
+
+
 def pick_calibrations(
     store: Store, panel: Panel, families: Sequence[Family], judges_folder: Path | None = None
 ) -> dict[str, CalibrationRecord]:
-    """Per calibrated stage, the calibration its verdicts get (see the module docstring)."""
+    """Per calibrated stage and metric (`calibration_key`), the calibration its verdicts get (see the
+    module docstring)."""
     folder = judges_folder or judges_dir()
     picked: dict[str, CalibrationRecord] = {}
     for stage in (stage for family in families for stage in family.stages()):
@@ -56,21 +73,20 @@ def pick_calibrations(
         if template is None:
             continue
         fingerprint = template_fingerprint(folder, template)
-        target = stage.calibration_target if panel.judging == "likelihood" else None
         candidates = [
-            *newest_calibrations(store, panel.name, template, list(panel.judges)),
-            *shipped_calibrations(folder, panel, template),
+            record
+            for record in (
+                *newest_calibrations(store, panel.name, template, list(panel.judges)),
+                *shipped_calibrations(folder, panel, template),
+            )
+            if record.model.get("kind") in ("rating", "features")
+            and record.model.get("template_fingerprint", fingerprint) == fingerprint
         ]
-        for record in candidates:
-            if record.model.get("kind") not in ("rating", "features"):
-                continue
-            if record.model.get("template_fingerprint", fingerprint) != fingerprint:
-                continue
-            if target is not None and (record.label_set, record.criterion) != target:
-                continue
-            store_if_missing(store, record)
-            picked[stage.name] = record
-            break
+        for metric, target in calibrated_metrics(stage, panel).items():
+            found = [r for r in candidates if target is None or (r.label_set, r.criterion) == target]
+            if found:
+                store_if_missing(store, found[0])
+                picked[calibration_key(stage, metric)] = found[0]
     return picked
 
 
@@ -122,11 +138,14 @@ def calibrated_scores(
     judgments: Sequence[JudgmentRecord],
     calibrations: Mapping[str, CalibrationRecord],
 ) -> list[ScoreRecord]:
-    """An episode's scores with the calibrated value added to the stage's calibrated metric, where one applies."""
-    calibration = calibrations.get(stage.name)
-    if calibration is None or not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
+    """An episode's scores with the calibrated value added to each calibrated metric, where one applies."""
+    if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
         return scores
-    return apply_calibration(scores, judgments, calibration, stage.calibrated_metric)
+    for metric in dict.fromkeys((stage.calibrated_metric, *stage.likelihood_targets)):
+        calibration = calibrations.get(calibration_key(stage, metric))
+        if calibration is not None:
+            scores = apply_calibration(scores, judgments, calibration, metric)
+    return scores
 
 
 def judge_summaries(judgments: Sequence[JudgmentRecord], template: str) -> dict[int, dict[str, float]]:

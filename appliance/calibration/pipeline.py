@@ -34,7 +34,10 @@ from appliance.store import Store
 from appliance.store.labels import load_label_set, write_calibration
 from appliance.store.records import CalibrationRecord, LabelVerdict
 
+#: the template a label set of each kind is rated with when none is named: a sampled panel's ...
 DEFAULT_TEMPLATES = {"turn": "turn_rating", "dialogue": "dialogue_rating", "pairwise": "pairwise_preference"}
+#: ... and a panel's that reads probabilities (turn sets: the panel's own `likelihood_template`)
+DEFAULT_LIKELIHOOD_TEMPLATES = {"dialogue": "dialogue_followups", "pairwise": "instruction_likelihood"}
 PREFERRED_CRITERIA = ("Overall", "overall", "human (overall)")
 
 
@@ -146,8 +149,16 @@ def build_table(
     )
 
 
-def resolve_template(label_set: LabelSet, name: str | None, judges_dir: Path) -> JudgeTemplate:
-    chosen = name or DEFAULT_TEMPLATES[label_set.kind]
+def default_template(label_set: LabelSet, panel: Panel) -> str:
+    """What a label set is rated with when no template is named: a likelihood panel reads
+    probabilities (turn items with the template its runs use, so its calibrations apply to them)."""
+    if panel.judging != "likelihood":
+        return DEFAULT_TEMPLATES[label_set.kind]
+    return panel.likelihood_template if label_set.kind == "turn" else DEFAULT_LIKELIHOOD_TEMPLATES[label_set.kind]
+
+
+def resolve_template(label_set: LabelSet, name: str | None, judges_dir: Path, panel: Panel) -> JudgeTemplate:
+    chosen = name or default_template(label_set, panel)
     path = judges_dir / f"{chosen}.toml"
     if not path.is_file():
         raise ApplianceError(f"--template: {path} not found")
@@ -171,7 +182,7 @@ def run_calibration(
 ) -> CalibrationOutcome:
     label_set = load_label_set(store, request.label_set)
     criterion = choose_criterion(label_set, request.criterion)
-    template = resolve_template(label_set, request.template, judges_dir)
+    template = resolve_template(label_set, request.template, judges_dir, request.panel)
     for judge in request.panel.judges:
         catalog.get(judge)
     items = labelled_items(label_set, criterion, request.limit, request.seed)

@@ -131,7 +131,14 @@ def calibrate(
     criterion: Annotated[
         str | None, typer.Option(help="human criterion (default: the set's only one, else Overall / preference)")
     ] = None,
-    template: Annotated[str | None, typer.Option(help="judge template in judges/ (default by label kind)")] = None,
+    template: Annotated[
+        str | None,
+        typer.Option(
+            help="judge template in judges/ (default by label kind: a likelihood panel's own for turn sets, "
+            "dialogue_followups for dialogues, instruction_likelihood for pairs; else turn_rating, "
+            "dialogue_rating, pairwise_preference)"
+        ),
+    ] = None,
     limit: Annotated[int | None, typer.Option(min=4, help="a seeded sample of N items")] = None,
     heldout: Annotated[float, typer.Option(min=0.05, max=0.95, help="share of items held out")] = 0.5,
     seed: Annotated[int, typer.Option(help="split, sample and decoding seed")] = 0,

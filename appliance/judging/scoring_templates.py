@@ -9,8 +9,9 @@ but the same model's token probabilities carry signal. Two template modes, both 
   likelier the positive follow-up utterances are than the negative ones right after the response
   (the FED metric's idea; our own utterances), with the positive and negative means apart; with a
   `baseline_prompt`, the same difference right after the conversation without the response
-  (`followup_baseline`) and the response's own effect (`followup_gain`); `tokens`: the
-  response's length in tokens.
+  (`followup_baseline`) and the response's own effect (`followup_gain`); with `each_followup`,
+  every follow-up alone too (`positive_1`.., `negative_1`..: which ones tell is learnt by the
+  calibration); `tokens`: the response's length in tokens.
 - `expected`: the probability-weighted score over the scale's digit tokens after a rating prompt,
   and the entropy of that distribution (G-Eval's idea, for models capable of rating).
 
@@ -171,12 +172,17 @@ def scoring_variables(template: ScoringTemplate, variables: dict[str, str]) -> d
     return filled
 
 
-def expected_score(choice_logprobs: list[float], scale_min: int) -> dict[str, float]:
-    """The distribution over the scale's digits, renormalised: its mean and entropy (nats)."""
-    top = max(choice_logprobs)
-    weights = [math.exp(value - top) for value in choice_logprobs]
+def scale_distribution(logprobs: list[float]) -> list[float]:
+    """Log-probabilities of a scale's values, renormalised into probabilities over the scale."""
+    top = max(logprobs)
+    weights = [math.exp(value - top) for value in logprobs]
     total = sum(weights)
-    probabilities = [w / total for w in weights]
+    return [w / total for w in weights]
+
+
+def expected_score(choice_logprobs: list[float], scale_min: int) -> dict[str, float]:
+    """The distribution over the scale's values, renormalised: its mean and entropy (nats)."""
+    probabilities = scale_distribution(choice_logprobs)
     expected = sum((scale_min + i) * p for i, p in enumerate(probabilities))
     entropy = -sum(p * math.log(p) for p in probabilities if p > 0)
     return {EXPECTED: expected, ENTROPY: entropy}

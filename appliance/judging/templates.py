@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from appliance.engine.types import Message
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.tomlfile import read_toml
@@ -313,6 +314,17 @@ class YesNoTemplate(_TemplateBase):
 
 #: the templates whose verdict is sampled text, parsed
 SampledTemplate = LikertTemplate | RatingTemplate | PairwiseTemplate | YesNoTemplate
+
+
+def judge_messages(template: SampledTemplate, variables: dict[str, str]) -> list[Message]:
+    """The judge's chat: the template's system and user prompts, filled."""
+    source = f"judges/{template.name}.toml"
+    return [
+        Message(role="system", content=render(template.system, variables, source)),
+        Message(role="user", content=render(template.user, variables, source)),
+    ]
+
+
 JudgeTemplate = Annotated[SampledTemplate | LikelihoodTemplate | ExpectedScoreTemplate, Field(discriminator="mode")]
 _TEMPLATE_ADAPTER: TypeAdapter[JudgeTemplate] = TypeAdapter(JudgeTemplate)
 

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext, EpisodeFailed
-from appliance.judging.templates import PREFERENCE, PairwiseTemplate, SampledTemplate, render
+from appliance.judging.expected_rating import read_rating
+from appliance.judging.templates import PREFERENCE, PairwiseTemplate, RatingTemplate, SampledTemplate, judge_messages
 from appliance.store.records import JudgmentRecord
 
 PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]
@@ -47,14 +48,6 @@ def verdict_records(
             order_swapped=order_swapped,
         )
         for output in template.outputs()
-    ]
-
-
-def judge_messages(template: SampledTemplate, variables: dict[str, str]) -> list[Message]:
-    source = f"judges/{template.name}.toml"
-    return [
-        Message(role="system", content=render(template.system, variables, source)),
-        Message(role="user", content=render(template.user, variables, source)),
     ]
 
 
@@ -106,11 +99,24 @@ async def ask_judge(
 ) -> list[JudgmentRecord]:
     """One verdict of one judge; the records are also added to the episode.
 
+    Under a panel that reads probabilities, a rating is read, not sampled (`expected_rating.py`).
+
     `shorter` (a list, possibly empty): the prompt must leave room for the verdict in the judge's
     context, and these variables (the same with less history) are tried in order when it does not.
     The fit is measured by the engine with the judge's own tokenizer; when nothing fits, the verdict
     is stored unparsed with the engine's message. None: no such check (an overflow fails the episode).
     """
+    if ctx.likelihood_template is not None and isinstance(template, RatingTemplate):
+        return await read_rating(
+            ctx,
+            template,
+            variables,
+            judge_model=judge_model,
+            panel=panel,
+            target_idx=target_idx,
+            order_swapped=order_swapped,
+            shorter=shorter,
+        )
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
     if shorter is None:
         texts = await judge_replies(ctx, template, variables, judge_model, conversation)

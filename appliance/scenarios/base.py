@@ -12,6 +12,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -114,8 +115,9 @@ class JudgedFamily(ScenarioFamily):
     calibrated_metric: str | None = None
     #: whether a likelihood panel judges this family (its `judge` uses `ctx.likelihood_template`)
     scores_likelihood: bool = False
-    #: the human label set and criterion a likelihood panel's calibration must be fitted on
-    calibration_target: tuple[str, str] | None = None
+    #: under a likelihood panel, each calibrated episode metric and the human label set and criterion
+    #: its calibration must be fitted on (`calibrated_metric` first; the others are the family's criteria)
+    likelihood_targets: Mapping[str, tuple[str, str]] = MappingProxyType({})
 
     @abstractmethod
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:

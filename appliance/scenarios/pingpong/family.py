@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from statistics import mean
+from types import MappingProxyType
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -111,8 +112,11 @@ class PingPongFamily(JudgedFamily):
     judge_template = JUDGE_TEMPLATE.removesuffix(".toml")
     calibrated_metric = "final"
     scores_likelihood = True
-    #: PingPong's overall score is calibrated to FED's turn-level Overall (0-4) under a likelihood panel
-    calibration_target = ("fed-turn", "Overall")
+    #: under a likelihood panel, the human labels each score is calibrated to (FED turn level, the closest
+    #: stored ratings of single chat replies); in-character has none (no stored set rates role consistency)
+    likelihood_targets = MappingProxyType(
+        {"final": ("fed-turn", "Overall"), "entertaining": ("fed-turn", "Engaging"), "fluent": ("fed-turn", "Fluent")}
+    )
 
     def __init__(
         self,

@@ -9,6 +9,8 @@ from appliance.scenarios.pingpong.report import PingPongLeaderboard
 from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
+CRITERION_HEADERS = {"entertaining": "entert.", "fluent": "fluent"}
+
 
 def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
     table = Table(
@@ -32,6 +34,7 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         "unparsed",
         "cut",
         *(["calibrated", "95% CI"] if board.calibration else []),
+        *(f"cal. {CRITERION_HEADERS[metric]}" for metric in board.criterion_calibrations),
     ):
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in board.rows:
@@ -52,6 +55,7 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             str(row.unparsed_verdicts),
             f"{row.cut_replies}/{row.cut_interrogator_messages}",
             *([_number(row.calibrated_final), _interval(row.calibrated_final_ci)] if board.calibration else []),
+            *(_number(getattr(row, f"calibrated_{metric}")) for metric in board.criterion_calibrations),
         )
     console.print(table)
     if board.judging.startswith("likelihood"):
@@ -66,11 +70,7 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         f"stopped by the token cap. Intervals: bootstrap over conversations."
     )
     if board.calibration:
-        c = board.calibration
-        console.print(
-            f"calibrated = final mapped to human '{c['criterion']}' of label set '{c['label_set']}' "
-            f"(scale {c['human_scale']}) by calibration {c['calibration_id']} (template {c['template']})."
-        )
+        console.print(f"calibrated = final mapped to {_calibration_words(board.calibration)}.")
     if len(board.panels) > 1:
         console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")
 
@@ -84,18 +84,29 @@ def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> Non
         "bootstrap over conversations."
     )
     if board.calibration:
-        c = board.calibration
-        console.print(
-            f"calibrated = the judges' features mapped to human '{c['criterion']}' of label set "
-            f"'{c['label_set']}' (scale {c['human_scale']}) by calibration {c['calibration_id']} "
-            f"(template {c['template']}); its held-out report: judges/calibrations/."
-        )
+        console.print(f"calibrated = the judges' features mapped to {_calibration_words(board.calibration)}.")
     else:
         console.print(
             "No calibration of this panel fits its template (run appliance calibrate): scores are raw features."
         )
+    for metric, described in board.criterion_calibrations.items():
+        console.print(f"cal. {CRITERION_HEADERS[metric]} = {metric} mapped to {_calibration_words(described)}.")
+    calibrated = {"final", *board.criterion_calibrations}
+    missing = [metric for metric in CRITERION_HEADERS if metric not in calibrated]
     console.print(
-        "Criteria: in-character has no human label set here (none of the stored sets rates role consistency), so "
-        "a likelihood panel leaves it, entertaining and fluent empty, and flags no refusals; use a sampled panel "
-        "(--panel sampled) for those columns."
+        "In-character has no human label set here (none of the stored sets rates role consistency), so a "
+        "likelihood panel leaves it empty and flags no refusals"
+        + (f"; {' and '.join(missing)} found no calibration of this template" if missing else "")
+        + "; a sampled panel (--panel sampled) fills the raw 1-5 columns. Held-out reports of the shipped "
+        "calibrations: judges/calibrations/; of any other: appliance view."
+    )
+
+
+def _calibration_words(described: dict[str, object]) -> str:
+    """Which human labels a calibration maps to and how well it agreed with them on held-out items."""
+    spearman = described.get("heldout_spearman")
+    agreement = f", held-out Spearman {spearman:.2f}" if isinstance(spearman, float) else ""
+    return (
+        f"human '{described['criterion']}' of label set '{described['label_set']}' (scale {described['human_scale']}"
+        f"{agreement}) by calibration {described['calibration_id']} (template {described['template']})"
     )

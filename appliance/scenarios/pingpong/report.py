@@ -53,6 +53,10 @@ class PingPongRow(BaseModel):
     #: the final score mapped to the human scale of the calibration (see PingPongLeaderboard.calibration)
     calibrated_final: float | None = None
     calibrated_final_ci: tuple[float, float] | None = None
+    #: the criteria a likelihood panel's calibrations map to their own human scales
+    #: (see PingPongLeaderboard.criterion_calibrations)
+    calibrated_entertaining: float | None = None
+    calibrated_fluent: float | None = None
 
 
 class PingPongLeaderboard(BaseModel):
@@ -65,13 +69,18 @@ class PingPongLeaderboard(BaseModel):
     #: how the panel judged: "conversation" (the paper's) or "turn"
     judging: str
     rows: list[PingPongRow]
-    #: the calibration applied to this panel's verdicts: id, label set, criterion, human scale
+    #: the calibration applied to the final score: id, label set, criterion, template, human scale and
+    #: its held-out Spearman with the human mean
     calibration: dict[str, object] | None = None
+    #: the same for each criterion calibrated on its own (a likelihood panel's entertaining, fluent)
+    criterion_calibrations: dict[str, dict[str, object]] = {}
     #: every panel whose scores this run holds
     panels: list[str] = []
 
 
 LENGTH_PENALTY = 0.07
+#: criteria that a likelihood panel calibrates one by one (in-character has no human labels)
+CALIBRATED_CRITERIA = ("entertaining", "fluent")
 
 
 def length_factor(model_mean: float | None, median_of_means: float | None) -> float:
@@ -103,7 +112,10 @@ def build_leaderboard(
         for index, player in enumerate(players)
     ]
     rows.sort(key=lambda row: -1.0 if row.ln_score is None else row.ln_score, reverse=True)
-    calibration_ids = sorted({score.calibration_id for score in scores if score.calibration_id is not None})
+    calibration_ids: dict[str, set[str]] = {}
+    for score in scores:
+        if score.calibration_id is not None:
+            calibration_ids.setdefault(score.metric, set()).add(score.calibration_id)
     return PingPongLeaderboard(
         run_id=run_id,
         scenario=scenario,
@@ -112,7 +124,12 @@ def build_leaderboard(
         median_of_mean_lengths=median_of_means,
         judging=judging_mode(episodes),
         rows=rows,
-        calibration=_describe_calibration(store, calibration_ids),
+        calibration=_describe_calibration(store, sorted(calibration_ids.get("final", ()))),
+        criterion_calibrations={
+            metric: described
+            for metric in CALIBRATED_CRITERIA
+            if (described := _describe_calibration(store, sorted(calibration_ids.get(metric, ())))) is not None
+        },
         panels=panels,
     )
 
@@ -127,6 +144,7 @@ def _describe_calibration(store: Store, ids: list[str]) -> dict[str, object] | N
         "criterion": record.criterion,
         "template": record.template,
         "human_scale": record.model.get("human_scale"),
+        "heldout_spearman": (record.metrics.get("panel_calibrated") or {}).get("spearman", {}).get("value"),
     }
 
 
@@ -160,12 +178,12 @@ def _row(
 ) -> PingPongRow:
     own_episodes = [e for e in episodes if e.player == player]
     per_episode: dict[str, dict[str, float | None]] = {}
-    calibrated: dict[str, float] = {}
+    calibrated: dict[str, dict[str, float]] = {}
     for score in scores:
         if score.player == player:
             per_episode.setdefault(score.episode_id, {})[score.metric] = score.value
-            if score.metric == "final" and score.calibrated_value is not None:
-                calibrated[score.episode_id] = score.calibrated_value
+            if score.calibrated_value is not None:
+                calibrated.setdefault(score.metric, {})[score.episode_id] = score.calibrated_value
     judged = {episode: metrics for episode, metrics in per_episode.items() if metrics.get("final") is not None}
     refused = {episode for episode, metrics in judged.items() if metrics.get("refusal") == 1.0}
     kept = {episode: metrics for episode, metrics in judged.items() if episode not in refused}
@@ -177,7 +195,11 @@ def _row(
     factor = length_factor(mean_length, median_of_means)
     normalised = [value * factor for value in finals]
     criterion_means = {c: (mean(values) if (values := metric_values(c)) else None) for c in CRITERIA}
-    kept_calibrated = [value for episode, value in calibrated.items() if episode in kept]
+    kept_calibrated = {
+        metric: [value for episode, value in by_episode.items() if episode in kept]
+        for metric, by_episode in calibrated.items()
+    }
+    calibrated_final = kept_calibrated.get("final", [])
     own_messages = [m for m in messages if m.player == player]
     return PingPongRow(
         model=player,
@@ -200,6 +222,12 @@ def _row(
         cut_interrogator_messages=sum(
             1 for m in own_messages if m.speaker == "interrogator" and m.finish_reason == "length"
         ),
-        calibrated_final=mean(kept_calibrated) if kept_calibrated else None,
-        calibrated_final_ci=bootstrap_interval(kept_calibrated, seed=seed),
+        calibrated_final=mean(calibrated_final) if calibrated_final else None,
+        calibrated_final_ci=bootstrap_interval(calibrated_final, seed=seed),
+        calibrated_entertaining=_mean_or_none(kept_calibrated.get("entertaining")),
+        calibrated_fluent=_mean_or_none(kept_calibrated.get("fluent")),
     )
+
+
+def _mean_or_none(values: list[float] | None) -> float | None:
+    return mean(values) if values else None
