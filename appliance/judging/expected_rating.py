@@ -21,7 +21,8 @@ import asyncio
 import json
 from collections.abc import Sequence
 
-from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.episodes import EpisodeContext
+from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring_templates import EXPECTED, expected_score, scale_distribution
 from appliance.judging.templates import RATING, RatingTemplate, judge_messages
 from appliance.store.records import JudgmentRecord
@@ -72,17 +73,9 @@ async def read_rating(
     `shorter`: variables with less history, tried in order while the prompt does not fit the
     judge's context (as `ask_judge` does); when none fits, the verdict is stored unparsed."""
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
-    read: dict[str, float] | None = None
-    raw = ""
-    for candidate in (variables, *(shorter or ())):
-        try:
-            read = await rating_distribution(ctx, template, candidate, judge_model, conversation)
-            raw = json.dumps(read)
-            break
-        except EpisodeFailed as error:
-            if shorter is None:
-                raise
-            raw = f"(not judged: {error})"
+    read, failure = await first_that_fits(
+        lambda filled: rating_distribution(ctx, template, filled, judge_model, conversation), variables, shorter
+    )
     record = JudgmentRecord(
         panel=panel,
         judge=judge_model,
@@ -91,7 +84,7 @@ async def read_rating(
         target_idx=target_idx,
         criterion=RATING,
         score=None if read is None else read[EXPECTED],
-        raw_text=raw,
+        raw_text=failure if read is None else json.dumps(read),
         parsed=read is not None,
         order_swapped=order_swapped,
     )

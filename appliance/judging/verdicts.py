@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from appliance.engine.types import Sampling
-from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.episodes import EpisodeContext
 from appliance.judging.expected_rating import read_rating
+from appliance.judging.fitting import first_that_fits
 from appliance.judging.templates import PREFERENCE, PairwiseTemplate, RatingTemplate, SampledTemplate, judge_messages
 from appliance.store.records import JudgmentRecord
 
@@ -118,16 +119,14 @@ async def ask_judge(
             shorter=shorter,
         )
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
-    if shorter is None:
-        texts = await judge_replies(ctx, template, variables, judge_model, conversation)
-    else:
-        texts = []
-        for candidate in (variables, *shorter):
-            try:
-                texts = await judge_replies(ctx, template, candidate, judge_model, conversation, reserve_output=True)
-                break
-            except EpisodeFailed as error:
-                texts = [f"(not judged: {error})"]
+    replies, failure = await first_that_fits(
+        lambda filled: judge_replies(
+            ctx, template, filled, judge_model, conversation, reserve_output=shorter is not None
+        ),
+        variables,
+        shorter,
+    )
+    texts = replies if replies is not None else [failure]
     records = verdict_records(
         texts, template, panel=panel, judge=judge_model, target_idx=target_idx, order_swapped=order_swapped
     )

@@ -105,6 +105,13 @@ def _read_entries(path: Path, table: str, model: type[Entry]) -> list[Entry]:
     return entries
 
 
+#: under a likelihood panel, the human labels each score is calibrated to (FED turn level, the closest
+#: stored ratings of single chat replies); in-character has none (no stored set rates role consistency)
+LIKELIHOOD_TARGETS = MappingProxyType(
+    {"final": ("fed-turn", "Overall"), "entertaining": ("fed-turn", "Engaging"), "fluent": ("fed-turn", "Fluent")}
+)
+
+
 class PingPongFamily(JudgedFamily):
     name = "pingpong"
     description = DESCRIPTION
@@ -112,11 +119,7 @@ class PingPongFamily(JudgedFamily):
     judge_template = JUDGE_TEMPLATE.removesuffix(".toml")
     calibrated_metric = "final"
     scores_likelihood = True
-    #: under a likelihood panel, the human labels each score is calibrated to (FED turn level, the closest
-    #: stored ratings of single chat replies); in-character has none (no stored set rates role consistency)
-    likelihood_targets = MappingProxyType(
-        {"final": ("fed-turn", "Overall"), "entertaining": ("fed-turn", "Engaging"), "fluent": ("fed-turn", "Fluent")}
-    )
+    likelihood_targets = LIKELIHOOD_TARGETS
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from appliance.scenarios.pingpong.report import PingPongLeaderboard
+from appliance.scenarios.pingpong.report import CALIBRATED_CRITERIA, PingPongLeaderboard
 from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
@@ -92,7 +92,7 @@ def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> Non
     for metric, described in board.criterion_calibrations.items():
         console.print(f"cal. {CRITERION_HEADERS[metric]} = {metric} mapped to {_calibration_words(described)}.")
     calibrated = {"final", *board.criterion_calibrations}
-    missing = [metric for metric in CRITERION_HEADERS if metric not in calibrated]
+    missing = [metric for metric in CALIBRATED_CRITERIA if metric not in calibrated]
     console.print(
         "In-character has no human label set here (none of the stored sets rates role consistency), so a "
         "likelihood panel leaves it empty and flags no refusals"

@@ -23,7 +23,7 @@ from statistics import mean, median
 from pydantic import BaseModel
 
 from appliance.errors import ApplianceError
-from appliance.scenarios.pingpong.family import CRITERIA
+from appliance.scenarios.pingpong.family import CRITERIA, LIKELIHOOD_TARGETS
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.labels import get_calibration
@@ -79,8 +79,8 @@ class PingPongLeaderboard(BaseModel):
 
 
 LENGTH_PENALTY = 0.07
-#: criteria that a likelihood panel calibrates one by one (in-character has no human labels)
-CALIBRATED_CRITERIA = ("entertaining", "fluent")
+#: the criteria a likelihood panel calibrates one by one, beside the final score
+CALIBRATED_CRITERIA = tuple(metric for metric in LIKELIHOOD_TARGETS if metric != "final")
 
 
 def length_factor(model_mean: float | None, median_of_means: float | None) -> float:
