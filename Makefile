@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test chaos lint clean calibrations
+.PHONY: install browser sandbox run test chaos lint clean calibrations
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,21 @@ browser:
 			|| echo "chromium could not be installed: the browser tests will be skipped"; \
 	else echo "chromium is missing and only root can install it here: the browser tests will be skipped"; fi
 
-run: install
+# DeepEval's code review runs model-written code under bubblewrap (kernel namespaces). It is
+# installed here when missing and this user may (root with apt-get); otherwise a run that plays
+# code review refuses with one line, unless told --unsafe-code-execution.
+sandbox:
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing bubblewrap for the code sandbox"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+			|| echo "bubblewrap could not be installed: code review will refuse to run"; \
+	else echo "bubblewrap is missing and only root can install it here: code review will refuse to run"; fi
+
+run: install sandbox
 	$(BIN)/appliance run
 
-test: install browser
+test: install browser sandbox
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q

@@ -86,6 +86,8 @@ class EpisodeContext:
     exclude_self_judging: bool = False
     #: facts the episode adds to its stored metadata (e.g. per-turn game scores)
     metadata: dict[str, object] = field(default_factory=dict)
+    #: model-written code may run without kernel isolation (the run's --unsafe-code-execution)
+    unsafe_code_execution: bool = False
     #: a likelihood panel's template (judges/NAME.toml): its judges give features, not sampled verdicts
     likelihood_template: str | None = None
     _request_count: int = 0

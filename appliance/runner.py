@@ -29,6 +29,7 @@ from appliance.interrupts import RunInterrupted, StopRequest
 from appliance.judging.panels import Panel
 from appliance.paths import project_root
 from appliance.roles import BackendFactory, episode_roles
+from appliance.sandbox.isolation import kernel_isolation_problem
 from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily, SupportRole
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
@@ -65,6 +66,8 @@ class RunConfig(BaseModel):
     exclude_self_judging: bool = False
     #: the fixed model that answers SimulBench's user agent while dialogues are collected (required for SimulBench)
     simulator: str | None = None
+    #: model-written code may run without kernel isolation (--unsafe-code-execution; reports say so)
+    unsafe_code_execution: bool = False
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
     #: family -> the settings it played with (set when the run starts; its report reads them)
@@ -136,6 +139,20 @@ def check_support_roles(config: RunConfig, families: list[ScenarioFamily]) -> No
                 f"--simulator: {family.name} needs a fixed simulator model; name it with --simulator "
                 "or set 'defaults.simulator' in models.toml"
             )
+
+
+def check_code_isolation(config: RunConfig, families: list[ScenarioFamily]) -> None:
+    """A family that runs model-written code needs the kernel's isolation, or the user's explicit
+    --unsafe-code-execution; checked before anything is planned or stored."""
+    runners = [family.name for family in families if family.runs_model_code]
+    if not runners or config.unsafe_code_execution:
+        return
+    problem = kernel_isolation_problem()
+    if problem is not None:
+        raise ApplianceError(
+            f"{runners[0]} runs model-written code and cannot isolate it: {problem} "
+            "(or pass --unsafe-code-execution to run it without kernel isolation)"
+        )
 
 
 def support_role_models(config: RunConfig) -> dict[SupportRole, str]:
@@ -306,6 +323,7 @@ class Runner:
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
         check_support_roles(config, [stage for phase in phases for stage in phase])
+        check_code_isolation(config, [stage for phase in phases for stage in phase])
         done = self.store.finished_episode_ids(run_id) if resume else set()
         first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
         needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
@@ -423,6 +441,7 @@ class Runner:
             exclude_self_judging=config.exclude_self_judging,
             likelihood_template=config.panel.likelihood_template_or_none,
             force_greedy=config.greedy,
+            unsafe_code_execution=config.unsafe_code_execution,
             max_turns=turns_for(config, planned.family),
             seed_key=episode_seed_key(planned.family.name, planned.instance.id, planned.label),
         )

@@ -32,6 +32,17 @@ def short_settings(folder: Path) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def test_code_review_without_kernel_isolation_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIANCE_BWRAP", str(tmp_path / "no-bwrap-here"))
+    db = tmp_path / "de.duckdb"
+    result = cli("run", "--scenario", "deepeval", "--players", "smollm2-135m", "--panel", "smollm2", "--db", str(db))
+    assert_clean_error(result, "deepeval runs model-written code", "bubblewrap", "--unsafe-code-execution")
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
 @pytest.mark.real_model
 def test_every_task_plays_one_episode_on_the_embedded_model(tmp_path: Path) -> None:
     folder = tmp_path / "deepeval"
@@ -56,7 +67,9 @@ def test_every_task_plays_one_episode_on_the_embedded_model(tmp_path: Path) -> N
     goods = metadata["public_goods_mode1"]
     assert len(goods["task_rounds"]) == 5 and all(len(r["amounts"]) == 2 for r in goods["task_rounds"])
     assert all(0 <= amount <= 10 for r in goods["task_rounds"] for amount in r["amounts"])
-    assert metadata["code_review"]["tests"]["total"] >= 3 and metadata["code_review"]["tests"]["status"]
+    tests = metadata["code_review"]["tests"]
+    assert tests["total"] >= 3 and 0 <= tests["passed"] <= tests["total"] and tests["status"]
+    assert tests["isolation"]["kernel"].startswith("bubblewrap") and tests["isolation"]["seccomp"] == "filter installed"
     assert {"Player 1", "Player 2", "Programmer", "Reviewer", "Translator", "Proofreader"} <= speakers
 
     report = cli("report", run_id, "--db", db, "--json")

@@ -8,15 +8,13 @@ import asyncio
 import json
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from rich.console import Console
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
@@ -27,14 +25,15 @@ from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.rescoring import rescore_run
 from appliance.runner import RunConfig, Runner
+from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
 from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
 from appliance.scenarios.deepeval.referee import Referee, Seat
+from appliance.scenarios.deepeval.render import print_deepeval_report
 from appliance.scenarios.deepeval.report import build_deepeval_report
-from appliance.scenarios.deepeval.sandbox import run_tests
-from appliance.scenarios.deepeval.settings import DeepEvalSettings, SandboxLimits
+from appliance.scenarios.deepeval.settings import DeepEvalSettings
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
 from appliance.scheduler import Scheduler
 from appliance.store import Store
@@ -44,7 +43,6 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "scenarios" / "deepeval"
 MODELS = ["smollm2-135m", "gemma3-270m"]
-LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, test_s=0.5, memory_mb=256, output_kb=64)
 IDIOMS = read_word_list(DATA / "idioms.txt", "idiom", idiom_dictionary())
 WORDS = read_word_list(DATA / "words.txt", "english", noun_dictionary())
 PROBLEMS = load_problems(DATA / "code_problems.toml")
@@ -139,75 +137,6 @@ def test_a_word_list_with_a_bad_entry_is_refused_with_its_line(tmp_path: Path) -
     bad.write_text("# comment\n一心一意\n意气风发吧\n", encoding="utf-8")
     with pytest.raises(ApplianceError, match=r"idioms.txt:3: '意气风发吧' is not a valid idiom entry"):
         read_word_list(bad, "idiom")
-
-
-def test_the_sandbox_contains_hostile_code_and_scores_it_as_failure(tmp_path: Path) -> None:
-    sentinel = tmp_path / "keep.txt"
-    sentinel.write_text("precious")
-    tests = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
-    assert run_tests("def add(a, b):\n    return a + b\n", tests, LIMITS).status == "passed"
-    hostile = {
-        "loop": "def add(a, b):\n    while True:\n        pass\n",
-        "stubborn loop": "import time\ndef add(a, b):\n    while True:\n        try:\n            time.sleep(60)\n"
-        "        except BaseException:\n            pass\n",
-        "delete": f"import os\nos.remove({str(sentinel)!r})\ndef add(a, b):\n    return a + b\n",
-        "delete later": f"import os\ndef add(a, b):\n    os.unlink({str(sentinel)!r})\n    return a + b\n",
-        "overwrite": f"def add(a, b):\n    open({str(sentinel)!r}, 'w').write('gone')\n    return a + b\n",
-        "shell": f"import os\ndef add(a, b):\n    os.system('rm -f {sentinel}')\n    return a + b\n",
-        "flood": "print('x' * 10_000_000)\ndef add(a, b):\n    return a + b\n",
-        "endless output": "import sys\nwhile True:\n    sys.stdout.write('y' * 4096)\n",
-        "exit": "import os\nos._exit(0)\n",
-    }
-    results = {name: run_tests(code, tests, LIMITS) for name, code in hostile.items()}
-    for name, result in results.items():
-        assert result.passed == 0 and result.status != "passed", name
-        assert result.wall_s < LIMITS.wall_s + 3, name
-    assert sentinel.read_text() == "precious"
-    assert results["stubborn loop"].status == "timeout"
-    assert "output limit" in results["endless output"].detail
-    assert "PermissionError" in results["delete later"].detail
-
-
-PROBE = """
-import socket, sys
-sys.path.insert(0, sys.argv[1])
-if sys.argv[3] == "isolated":
-    import sandbox_harness
-    print(sandbox_harness.isolate()["network"], flush=True)
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=3).close()
-    print("reached")
-except OSError as error:
-    print("unreachable:", error)
-"""
-
-
-def test_the_sandbox_child_has_no_network_where_the_kernel_allows_it() -> None:
-    harness_folder = str(Path(run_tests.__code__.co_filename).parent)
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = str(server.getsockname()[1])
-
-        def probe(mode: str) -> str:
-            command = [sys.executable, "-c", PROBE, harness_folder, port, mode]
-            return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
-
-        assert "reached" in probe("plain")  # the probe can succeed: a child without isolation gets through
-        isolated = probe("isolated")
-    if "audit hook only" in isolated:
-        pytest.skip(f"this kernel refuses unprivileged network namespaces: {isolated.splitlines()[0]}")
-    assert isolated.startswith("own namespace") and "unreachable" in isolated and "reached\n" not in isolated
-    result = run_tests("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3"], LIMITS)
-    assert result.status == "passed" and result.isolation["no_new_privs"] == "set"
-    assert result.isolation["network"].startswith("own namespace")
-
-
-def test_every_problem_has_tests_its_reference_passes_in_the_sandbox() -> None:
-    assert len(PROBLEMS) >= 20 and len({p.id for p in PROBLEMS}) == len(PROBLEMS)
-    for problem in PROBLEMS:
-        assert problem.function in problem.description and len(problem.tests) >= 3
-        assert run_tests(problem.reference, problem.tests, LIMITS).status == "passed", problem.id
-        wrong = f"def {problem.function}(*args, **kwargs):\n    return None\n"
-        assert run_tests(wrong, problem.tests, LIMITS).status == "failed", problem.id
 
 
 def test_code_extraction_and_the_reviewers_done_word() -> None:
@@ -324,6 +253,32 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert read_ratings and all(v is not None and 1.0 <= v <= 10.0 and v != round(v) for v in read_ratings)
     hits = {(row.task, row.model): row.extras["hits"] for row in report.symmetric if "hits" in row.extras}
     assert hits[("idiom_chain", "smollm2-135m")] == 0.5  # one valid move when it starts, none when it answers a pass
+
+
+def test_code_review_needs_kernel_isolation_or_the_users_explicit_consent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BWRAP_VARIABLE, str(tmp_path / "no-bwrap-here"))
+    catalog = load_catalog(REPO / "models.toml")
+    config = deepeval_config(catalog, ["smollm2-135m"], 1, "deepeval")
+    with Store.open(tmp_path / "db.duckdb") as store:
+        with pytest.raises(ApplianceError, match=r"deepeval runs model-written code .* --unsafe-code-execution"):
+            Runner(catalog, store, scripted_models).execute(config, [load_family("deepeval", store=store)])
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]  # refused before anything was stored
+        unsafe = config.model_copy(update={"unsafe_code_execution": True})
+        summary = Runner(catalog, store, scripted_models).execute(unsafe, [load_family("deepeval", store=store)])
+        report = build_deepeval_report(store, summary.run_id, "deepeval")
+        (metadata,) = store.query(
+            "SELECT metadata FROM episodes WHERE run_id = ? AND instance_id LIKE 'code_review/%'", [summary.run_id]
+        )[0]
+    tests = json.loads(metadata)["tests"]
+    assert tests["status"] == "passed" and tests["passed"] == tests["total"]  # smollm2 writes the reference
+    assert tests["isolation"]["kernel"].startswith("none: --unsafe-code-execution")
+    assert tests["isolation"]["seccomp"] == "filter installed"
+    assert report.unsafe_code_execution
+    console = Console(record=True, width=200)
+    print_deepeval_report(console, report)
+    assert "WITHOUT kernel isolation" in console.export_text()
 
 
 def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: Path) -> None:

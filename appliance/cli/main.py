@@ -104,6 +104,14 @@ def run(
             help="leave out a judge's verdicts on its own model's outputs (the other judges score that player)",
         ),
     ] = False,
+    unsafe_code_execution: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-code-execution",
+            help="run model-written code (DeepEval's code review) even where the kernel cannot isolate it "
+            "(no bubblewrap or no user namespaces); the run records it and its report says so",
+        ),
+    ] = False,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -135,6 +143,7 @@ def run(
                 exclude_self_judging=exclude_self_judging,
                 simulator=simulator or catalog.defaults.simulator,
                 turns=turns,
+                unsafe_code_execution=unsafe_code_execution,
             )
         for name in role_models(config):
             catalog.get(name)

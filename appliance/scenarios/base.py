@@ -55,6 +55,9 @@ class ScenarioFamily(ABC):
     description: str = ""
     #: roles other than player and judges that need a model (e.g. "interrogator")
     support_roles: tuple[SupportRole, ...] = ()
+    #: its episodes run model-written code (appliance.sandbox): a run needs kernel isolation or
+    #: the user's explicit --unsafe-code-execution
+    runs_model_code: bool = False
 
     @abstractmethod
     def instances(self) -> list[Instance]:

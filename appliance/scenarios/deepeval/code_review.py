@@ -3,8 +3,9 @@
 The Programmer answers the problem; then, until the Reviewer replies with
 the done word or `max_reviews` reviews were given, the Reviewer reviews and
 the Programmer revises. The final code runs against the problem's tests in
-a sandboxed subprocess (sandbox.py); the first version is run too, so a
-review's effect on the tests is measured. The panel then rates both roles.
+the sandbox (appliance/sandbox: kernel isolation, values compared outside);
+the first version is run too, so a review's effect on the tests is measured.
+The panel then rates both roles.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
 from appliance.judging.templates import RatingTemplate
+from appliance.sandbox.cases import TestCase
+from appliance.sandbox.run import Isolation, TestRun, run_tests
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.referee import Referee, Seat
-from appliance.scenarios.deepeval.sandbox import TestRun, run_tests
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
 from appliance.scenarios.deepeval.writer_editor import rate_roles
 from appliance.store.records import ScoreRecord
@@ -35,7 +37,8 @@ class CodeProblem(BaseModel):
     id: str
     function: str
     description: str
-    tests: list[str] = Field(min_length=1)
+    #: calls and what they must give; the expected values stay in the appliance's process
+    tests: list[TestCase] = Field(min_length=1)
     #: a known-good solution (the test suite checks that it passes the tests)
     reference: str
 
@@ -87,9 +90,10 @@ async def play_code_review(ctx: EpisodeContext, settings: DeepEvalSettings, prob
         referee.post(rules.revise.format(review=review), [PROGRAMMER])
         referee.end_round()
     referee.end_round()
+    isolation: Isolation = "unsafe" if ctx.unsafe_code_execution else "kernel"
     final, first = await asyncio.gather(
-        asyncio.to_thread(run_tests, versions[-1], problem.tests, rules.sandbox),
-        asyncio.to_thread(run_tests, versions[0], problem.tests, rules.sandbox),
+        asyncio.to_thread(run_tests, versions[-1], problem.tests, rules.sandbox, isolation),
+        asyncio.to_thread(run_tests, versions[0], problem.tests, rules.sandbox, isolation),
     )
     ctx.metadata.update(
         reviews=reviews,

@@ -83,6 +83,7 @@ class WaveStage(JudgedFamily):
 
     description = DESCRIPTION
     judge_template = JUDGE_TEMPLATE
+    runs_model_code = True  # code review
 
     def __init__(self, name: str, data: DeepEvalData, wave: int) -> None:
         self.name = name

@@ -114,6 +114,11 @@ def _print_notes(console: Console, report: DeepEvalReport) -> None:
             "judges rating their own outputs (self-judging); --exclude-self-judging or a panel without the "
             "players avoids it."
         )
+    if report.unsafe_code_execution:
+        say(
+            "warning: model-written code ran WITHOUT kernel isolation (--unsafe-code-execution): only the child's "
+            "own seccomp filter, limits and audit hook guarded this machine."
+        )
     if report.unparsed_ratings:
         say(f"{report.unparsed_ratings} ratings of the panel did not parse and are left out of the means.")
     if report.settings_source == "files":

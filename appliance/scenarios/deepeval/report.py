@@ -119,6 +119,8 @@ class DeepEvalReport(BaseModel):
     excluded_self_judging: bool = False
     #: the panel's ratings that did not parse (left out of the means)
     unparsed_ratings: int = 0
+    #: the code review's code ran without kernel isolation (--unsafe-code-execution)
+    unsafe_code_execution: bool = False
     #: the stableness rule the run used
     tolerance: float
     confidence: float
@@ -181,6 +183,7 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         self_judging=_self_judging(run, panel_name),
         excluded_self_judging=bool(run.config.get("exclude_self_judging", False)),
         unparsed_ratings=sum(1 for v in run.verdicts() if v.panel == panel_name and not v.parsed),
+        unsafe_code_execution=bool(run.config.get("unsafe_code_execution", False)),
         tolerance=rule.tolerance,
         confidence=rule.confidence,
         settings_source=source,

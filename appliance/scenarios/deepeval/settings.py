@@ -8,6 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.sandbox.limits import SandboxLimits
 from appliance.tomlfile import read_toml
 
 SETTINGS_FILE = "deepeval.toml"
@@ -69,16 +70,6 @@ class WordChain(_Section):
     max_tokens: int = Field(default=16, ge=2)
     idiom: ChainPrompts
     english: ChainPrompts
-
-
-class SandboxLimits(_Section):
-    """Limits of the subprocess that runs untrusted code."""
-
-    wall_s: float = Field(default=10.0, gt=0.0)
-    cpu_s: int = Field(default=5, ge=1)
-    test_s: float = Field(default=2.0, gt=0.0)
-    memory_mb: int = Field(default=512, ge=64)
-    output_kb: int = Field(default=256, ge=1)
 
 
 class CodeReview(_Section):
