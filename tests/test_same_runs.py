@@ -1,0 +1,37 @@
+"""The same seed stores the same runs: every family's scripted run and a tiny SmolLM2 run equal the
+dump in tests/data/golden_runs.json, made with the code before the model pool, the typed identities
+and run planning were restructured (regenerate with tests/golden_runs.py only for a deliberate change
+of figures, and say so)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.scenarios import family_names
+from tests.golden_runs import GOLDEN, scripted_run, smollm2_run
+
+
+def _as_stored(run: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(run, sort_keys=True, default=str))
+
+
+def test_every_familys_scripted_run_stores_what_it_stored_before(tmp_path: Path) -> None:
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    for name in family_names():
+        run = _as_stored(scripted_run(tmp_path / f"{name}.duckdb", name))
+        expected = golden[f"scripted:{name}"]
+        for table in ("episodes", "messages", "judgments", "scores"):
+            assert run[table] == expected[table], f"{name}: {table} differ"
+
+
+@pytest.mark.real_model
+def test_a_smollm2_run_stores_what_it_stored_before(tmp_path: Path) -> None:
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))["smollm2:pingpong"]
+    run = _as_stored(smollm2_run(tmp_path / "smollm2.duckdb"))
+    assert len(run["messages"]) == len(golden["messages"]) >= 4
+    for table in ("episodes", "messages", "judgments", "scores"):
+        assert run[table] == golden[table], f"{table} differ"
