@@ -7,6 +7,7 @@ API below is what scenario authors and scripts use; the CLI is built on it.
 from appliance.calibration.features import FeatureCalibration, fit_feature_calibration
 from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.client import EpisodeFailed, RoleBinding
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.synthetic import SyntheticShape
@@ -19,7 +20,7 @@ from appliance.engine.types import (
     ScoringRequest,
     TokenScores,
 )
-from appliance.episodes import EpisodeContext, EpisodeFailed, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
 from appliance.judging.scoring import scoring_features
@@ -36,7 +37,8 @@ from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels import LabelSet, read_labels
 from appliance.rescoring import rescore_run
 from appliance.roles import BackendFactory, bind_role
-from appliance.runner import RunConfig, Runner, RunSummary
+from appliance.run_config import RunConfig
+from appliance.runner import Runner, RunSummary
 from appliance.scenarios import (
     Family,
     FamilyEntry,

@@ -9,40 +9,34 @@ turns, and records every message and verdict for the store.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from appliance.engine.types import (
-    Completion,
-    GenerationRequest,
-    Message,
-    ResolvedSampling,
-    Sampling,
-    ScoringRequest,
-    TokenScores,
-)
+from appliance.client import ModelClient, RoleBinding
+from appliance.engine.types import Completion, Message, Sampling, TokenScores
 from appliance.scheduler import Scheduler
 from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
 
 
 @dataclass(frozen=True)
-class RoleBinding:
-    """Which model plays a role.
+class EpisodeKey:
+    """Which episode of which run: its stored id, and the identity its request seeds derive from
+    (the id without the run, so two runs with the same seed sample the same). Built from its parts,
+    never parsed back from an id: scenario specs and instance ids may hold colons."""
 
-    Sampling precedence, lowest first: the model's `sampling` from models.toml,
-    the method's defaults for the role (passed by the episode), then the
-    model's `roles.<role>` override from models.toml.
-    """
+    run_id: str
+    scenario: str
+    instance_id: str
+    #: who played: `pair_label` or `table_label`
+    label: str
 
-    model: str
-    model_sampling: Sampling = field(default_factory=Sampling)
-    role_override: Sampling = field(default_factory=Sampling)
+    @property
+    def id(self) -> str:
+        return f"{self.run_id}:{self.seed_key}"
 
-
-def derive_seed(*parts: object) -> int:
-    digest = hashlib.sha256("/".join(str(part) for part in parts).encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    @property
+    def seed_key(self) -> str:
+        return f"{self.scenario}:{self.instance_id}:{self.label}"
 
 
 def pair_label(player: str, partner: str) -> str:
@@ -60,12 +54,10 @@ def table_role(model: str) -> str:
     return f"table:{model}"
 
 
-class EpisodeFailed(Exception):
-    """An episode cannot go on (e.g. its context overflowed); it is stored with this error."""
-
-
 @dataclass
 class EpisodeContext:
+    """An episode's model client, the run's options that families respect, and its transcript."""
+
     episode_id: str
     seed: int
     scheduler: Scheduler
@@ -90,15 +82,20 @@ class EpisodeContext:
     unsafe_code_execution: bool = False
     #: a likelihood panel's template (judges/NAME.toml): its judges give features, not sampled verdicts
     likelihood_template: str | None = None
-    _request_count: int = 0
+    client: ModelClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = ModelClient(
+            self.episode_id, self.seed, self.scheduler, self.roles, self.force_greedy, self.seed_key
+        )
 
     def model_for(self, role: str) -> str:
         """The model bound to `role`; a role played by several models is bound as `role:model`."""
-        return self.roles[role].model
+        return self.client.model_for(role)
 
     def count_tokens(self, role: str, text: str) -> int:
         """`text`'s length in the tokens of the model bound to `role`."""
-        return self.scheduler.count_tokens(self.model_for(role), text)
+        return self.client.count_tokens(role, text)
 
     async def generate(
         self,
@@ -112,32 +109,18 @@ class EpisodeContext:
         record: bool = True,
         reserve_output: bool = False,
     ) -> Completion:
-        """Ask the model bound to `role` (or `model`) for the next message.
-
-        `sampling` is the episode's own layer (e.g. the method's per-role
-        defaults); the model's per-role overrides from models.toml win over it.
-        """
-        binding = self.roles[f"{role}:{model}" if model is not None else role]
-        target = binding.model
-        self._request_count += 1
-        identity = self.seed_key or self.episode_id
-        seed_layer = Sampling(seed=derive_seed(self.seed, identity, role, target, self._request_count))
-        greedy = Sampling(temperature=0.0) if self.force_greedy else None
-        resolved = ResolvedSampling.from_layers(
-            seed_layer, binding.model_sampling, sampling, binding.role_override, greedy
-        )
-        request = GenerationRequest(
-            messages=tuple(messages),
-            sampling=resolved,
+        """The client's `generate`, and the reply recorded in the transcript unless `record` is False."""
+        completion = await self.client.generate(
+            role,
+            messages,
+            sampling=sampling,
             grammar=grammar,
-            conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
+            model=model,
+            conversation=conversation,
             reserve_output=reserve_output,
         )
-        completion = await self.scheduler.generate(target, request)
-        if completion.finish_reason == "context_overflow":
-            raise EpisodeFailed(completion.error or "context overflow")
         if record:
-            self.record_message(role, target, completion)
+            self.record_message(role, self.client.binding(role, model).model, completion)
         return completion
 
     async def score(
@@ -150,23 +133,10 @@ class EpisodeContext:
         model: str | None = None,
         conversation: str | None = None,
     ) -> TokenScores:
-        """Log-probabilities from the model bound to `role` (or `model`): prefill only, nothing recorded.
-
-        `prompt` is raw text (control tokens parsed), so a likelihood judge sees exactly its template;
-        or messages, formatted by the model's chat format (the continuation is then the reply's start).
-        A prompt that does not fit, or a choice that is not one token, fails the episode.
-        """
-        target = self.roles[f"{role}:{model}" if model is not None else role].model
-        request = GenerationRequest(
-            prompt=prompt if isinstance(prompt, str) else None,
-            messages=() if isinstance(prompt, str) else tuple(prompt),
-            scoring=ScoringRequest(continuation=continuation, choices=choices),
-            conversation_key=f"{self.episode_id}/{conversation or role}/{target}",
+        """The client's `score`; nothing is recorded."""
+        return await self.client.score(
+            role, prompt, continuation=continuation, choices=choices, model=model, conversation=conversation
         )
-        completion = await self.scheduler.generate(target, request)
-        if completion.scores is None:
-            raise EpisodeFailed(completion.error or f"model '{target}' returned no scores")
-        return completion.scores
 
     def record_note(self, speaker: str, text: str) -> None:
         """A message no model wrote (e.g. a game master's prompt), so the transcript shows both sides."""

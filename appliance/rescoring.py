@@ -7,19 +7,20 @@ replace only that panel's earlier ones, so several panels coexist.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
-from appliance.engine.backend import Backend
+from appliance.client import derive_seed
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, derive_seed, pair_label
+from appliance.episodes import EpisodeContext, EpisodeKey, pair_label
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
+from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, episode_roles
-from appliance.runner import RunConfig, episode_seed_key, prepare_phase, run_phases
+from appliance.run_config import RunConfig
+from appliance.runner import prepare_phase, run_phases
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
@@ -85,49 +86,35 @@ def rescore_run(
     on_episode: Callable[[int, int], None] | None = None,
 ) -> RescoreSummary:
     catalog.refuse_synthetic(panel.judges, "a rescoring")
-    config = RunConfig(**store.run(run_id)["config"])
+    config = store.run(run_id).run_config()
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no finished episodes to score")
     calibrations = pick_calibrations(store, panel, list({e.family.name: e.family for e in episodes}.values()))
-    backends: dict[str, Backend] = {}
-    try:
-        for judge in panel.judges:
-            backends[judge] = backend_factory(catalog, catalog.get(judge), parallel=parallel)
-        scheduler = Scheduler(backends)
-        limiter = asyncio.Semaphore(parallel)
-        done = 0
+    done = 0
 
-        async def one(episode: _StoredEpisode) -> None:
-            nonlocal done
-            ctx = EpisodeContext(
-                episode_id=episode.episode_id,
-                seed=derive_seed(episode.seed, "rescore", panel.name),
-                scheduler=scheduler,
-                roles=episode_roles(catalog, episode.player, episode.partner, {}, panel.judges),
-                messages=list(episode.messages),
-                exclude_self_judging=config.exclude_self_judging,
-                likelihood_template=panel.likelihood_template_or_none,
-                seed_key=episode_seed_key(
-                    episode.family.name, episode.instance.id, pair_label(episode.player, episode.partner)
-                ),
-            )
-            async with limiter:
-                await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
-            scores = calibrated_scores(episode.family, ctx.scores, ctx.judgments, calibrations)
-            store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
-            store.release()  # held only while writing, as a run does
-            done += 1
-            if on_episode is not None:
-                on_episode(done, len(episodes))
+    async def judge(episode: _StoredEpisode, scheduler: Scheduler) -> None:
+        label = pair_label(episode.player, episode.partner)
+        ctx = EpisodeContext(
+            episode_id=episode.episode_id,
+            seed=derive_seed(episode.seed, "rescore", panel.name),
+            scheduler=scheduler,
+            roles=episode_roles(catalog, episode.player, episode.partner, {}, panel.judges),
+            messages=list(episode.messages),
+            exclude_self_judging=config.exclude_self_judging,
+            likelihood_template=panel.likelihood_template_or_none,
+            seed_key=EpisodeKey(run_id, episode.family.name, episode.instance.id, label).seed_key,
+        )
+        await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)
+        scores = calibrated_scores(episode.family, ctx.scores, ctx.judgments, calibrations)
+        store.replace_panel_verdicts(episode.episode_id, run_id, panel.name, ctx.judgments, scores)
 
-        async def all_episodes() -> None:
-            work = asyncio.gather(*(one(e) for e in episodes))
-            await scheduler.drive(work)
-            await work
+    def judged(episode: _StoredEpisode, result: None) -> None:
+        nonlocal done
+        done += 1
+        if on_episode is not None:
+            on_episode(done, len(episodes))
 
-        asyncio.run(all_episodes())
-    finally:
-        for backend in backends.values():
-            backend.close()
+    with ModelPool.load(catalog, panel.judges, parallel=parallel, backend_factory=backend_factory) as pool:
+        pool.play(episodes, judge, judged)
     return RescoreSummary(run_id, panel.name, len(episodes), {f: r.calibration_id for f, r in calibrations.items()})

@@ -9,10 +9,11 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from appliance.catalog import Catalog, ModelSpec
+from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.types import Sampling
-from appliance.episodes import RoleBinding, table_role
-from appliance.scenarios.base import SupportRole
+from appliance.episodes import table_role
+from appliance.run_config import SupportRole
 
 
 class BackendFactory(Protocol):

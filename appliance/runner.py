@@ -6,7 +6,6 @@ killed run can be resumed: finished episodes are in the store and skipped.
 
 from __future__ import annotations
 
-import asyncio
 import platform
 import subprocess
 import time
@@ -14,23 +13,24 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from importlib import metadata
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of
-from appliance.engine.backend import Backend
+from appliance.client import EpisodeFailed, derive_seed
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed, pair_label, table_label
+from appliance.episodes import EpisodeContext, EpisodeKey, pair_label, table_label
 from appliance.errors import ApplianceError
 from appliance.interrupts import RunInterrupted, StopRequest
-from appliance.judging.panels import Panel
 from appliance.paths import project_root
+from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, episode_roles
+from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
-from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily, SupportRole
+from appliance.scenarios import load_family
+from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
@@ -38,46 +38,9 @@ from appliance.store.records import CalibrationRecord
 from appliance.store.run_view import RunView
 
 
-class RunConfig(BaseModel):
-    """Everything that decides what a run does; stored with the run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    scenarios: list[str]
-    players: list[str] = Field(min_length=1)
-    interrogator: str
-    panel: Panel
-    seed: int = 0
-    limit: int | None = Field(default=None, ge=1)
-    #: per-family instance limits (the quick suite's, or a family's own default); a family not named here
-    #: uses `limit`
-    limits: dict[str, int] = Field(default_factory=dict)
-    #: the quick suite (`appliance run` with no --scenario): its limits and turn caps shorten the methods
-    quick: bool = False
-    #: per-family turn caps (the quick suite's); a family not named here uses `turns`
-    turn_caps: dict[str, int] = Field(default_factory=dict)
-    parallel: int = Field(default=8, ge=1)
-    models_file: str
-    greedy: bool = False
-    turns: int | None = Field(default=None, ge=1)
-    #: two-player games also pair every player with every other one, in both roles
-    cross_play: bool = False
-    #: a judge's verdicts on its own model's outputs are left out (families that rate players' outputs)
-    exclude_self_judging: bool = False
-    #: the fixed model that answers SimulBench's user agent while dialogues are collected (required for SimulBench)
-    simulator: str | None = None
-    #: model-written code may run without kernel isolation (--unsafe-code-execution; reports say so)
-    unsafe_code_execution: bool = False
-    #: family -> calibration id applied to its verdicts (chosen when the run starts)
-    calibrations: dict[str, str] = Field(default_factory=dict)
-    #: family -> the settings it played with (set when the run starts; its report reads them)
-    family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class PlannedEpisode:
-    run_id: str
-    episode_id: str
+    key: EpisodeKey
     family: ScenarioFamily
     instance: Instance
     player: str
@@ -88,8 +51,8 @@ class PlannedEpisode:
     table: tuple[str, ...] = ()
 
     @property
-    def label(self) -> str:
-        return table_label(self.table) if self.table else pair_label(self.player, self.partner)
+    def episode_id(self) -> str:
+        return self.key.id
 
 
 @dataclass
@@ -132,7 +95,7 @@ def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Inst
 
 def check_support_roles(config: RunConfig, families: list[ScenarioFamily]) -> None:
     """Every support role a stage needs has a model; checked before anything is planned or stored."""
-    supporting = support_role_models(config)
+    supporting = config.support_models()
     for family in families:
         if "simulator" in family.support_roles and "simulator" not in supporting:
             raise ApplianceError(
@@ -153,18 +116,6 @@ def check_code_isolation(config: RunConfig, families: list[ScenarioFamily]) -> N
             f"{runners[0]} runs model-written code and cannot isolate it: {problem} "
             "(or pass --unsafe-code-execution to run it without kernel isolation)"
         )
-
-
-def support_role_models(config: RunConfig) -> dict[SupportRole, str]:
-    """The model bound to each support role. The user agent is the run's model playing the user.
-
-    SimulBench's simulator is a fixed model named by the run (or models.toml), never a player by
-    default: it is absent here until one is named.
-    """
-    roles: dict[SupportRole, str] = {"interrogator": config.interrogator, "user_agent": config.interrogator}
-    if config.simulator is not None:
-        roles["simulator"] = config.simulator
-    return roles
 
 
 def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
@@ -188,34 +139,24 @@ def prepare_phase(phase: list[ScenarioFamily], store: Store, run_id: str) -> lis
 
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
     planned: list[PlannedEpisode] = []
-    support = support_role_models(config)
+    support = config.support_models()
     for family in families:
         for instance in family.select_instances(family.instances(), limit_for(config, family), config.seed):
             seed = derive_seed(config.seed, instance.id)
             table = family.table(list(config.players), instance)
             if table:
-                episode_id = f"{run_id}:{family.name}:{instance.id}:{table_label(table)}"
-                planned.append(PlannedEpisode(run_id, episode_id, family, instance, table[0], seed, table[1], table))
+                key = EpisodeKey(run_id, family.name, instance.id, table_label(table))
+                planned.append(PlannedEpisode(key, family, instance, table[0], seed, table[1], table))
                 continue
             for player, partner in family.pairings(list(config.players), support, instance, config.cross_play):
-                episode_id = f"{run_id}:{family.name}:{instance.id}:{pair_label(player, partner)}"
-                planned.append(PlannedEpisode(run_id, episode_id, family, instance, player, seed, partner))
+                key = EpisodeKey(run_id, family.name, instance.id, pair_label(player, partner))
+                planned.append(PlannedEpisode(key, family, instance, player, seed, partner))
     return planned
-
-
-def episode_seed_key(scenario: str, instance_id: str, label: str) -> str:
-    """An episode's identity across runs (its id without the run id): request seeds derive from it."""
-    return f"{scenario}:{instance_id}:{label}"
-
-
-def role_models(config: RunConfig) -> list[str]:
-    """Every model the config names for a role: players, support roles and judges."""
-    return [*config.players, *support_role_models(config).values(), *config.panel.judges]
 
 
 def models_needed(config: RunConfig, families: list[ScenarioFamily]) -> list[str]:
     names = list(config.players)
-    supporting = support_role_models(config)
+    supporting = config.support_models()
     names += [supporting[role] for family in families for role in family.support_roles]
     if any(isinstance(family, JudgedFamily) for family in families):  # rule-scored families need no judge
         names.extend(config.panel.judges)
@@ -244,6 +185,16 @@ def git_revision() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
+
+
+def _model_change(stored: ModelRecord, current: ModelRecord) -> str:
+    """What differs between a model as a run recorded it and as the catalog gives it now ("" if nothing)."""
+    for field_name in ("backend", "path", "sha256"):
+        if getattr(stored, field_name) != getattr(current, field_name):
+            return f"{field_name} {getattr(stored, field_name)} -> {getattr(current, field_name)}"
+    keys = sorted(set(stored.parameters) | set(current.parameters))
+    differing = [key for key in keys if stored.parameters.get(key) != current.parameters.get(key)]
+    return f"{', '.join(differing)} changed" if differing else ""
 
 
 def file_hashes(catalog: Catalog, families: list[ScenarioFamily]) -> dict[str, str]:
@@ -294,48 +245,75 @@ class Runner:
         config: RunConfig,
         families: list[Family],
         *,
-        resume: str | None = None,
         on_episode: Callable[[EpisodeRecord], None] | None = None,
         on_plan: Callable[[str, int], None] | None = None,
     ) -> RunSummary:
-        """Play a new run, or the missing episodes of run `resume`.
+        """Play a new run. Models are loaded before anything is written, so a model that fails to
+        load leaves the store exactly as it was."""
+        picked = pick_calibrations(self.store, config.panel, families)
+        snapshots = {family.name: family.settings_snapshot() for family in families}
+        config = config.model_copy(
+            update={
+                "calibrations": {f: r.calibration_id for f, r in picked.items()},
+                "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
+            }
+        )
+        return self._play_run(new_run_id(), config, families, False, on_episode, on_plan)
 
-        Models are loaded before anything is written, so a model that fails to
-        load leaves the store exactly as it was.
-        """
-        self.catalog.refuse_synthetic(role_models(config), "a run")
+    def resume(
+        self,
+        run_id: str,
+        *,
+        on_episode: Callable[[EpisodeRecord], None] | None = None,
+        on_plan: Callable[[str, int], None] | None = None,
+    ) -> RunSummary:
+        """Play the missing episodes of stored run `run_id` with the config it started with (its
+        calibrations and family settings included). A model of the run whose catalog entry changed
+        since is refused in one line: the resumed episodes would not be the run's."""
+        config = self.store.run(run_id).run_config()
+        changed = [
+            f"'{stored.name}' ({what})"
+            for stored in self.store.run_models(run_id)
+            if (what := _model_change(stored, self._model_record(self.catalog.get(stored.name))))
+        ]
+        if changed:
+            raise ApplianceError(
+                f"--resume {run_id}: {self.catalog.source} changed model {', '.join(changed)} since the run "
+                "started; resume with the models file the run started with"
+            )
+        families = [load_family(spec, seed=config.seed, store=self.store) for spec in config.scenarios]
+        return self._play_run(run_id, config, families, True, on_episode, on_plan)
+
+    def _play_run(
+        self,
+        run_id: str,
+        config: RunConfig,
+        families: list[Family],
+        resumed: bool,
+        on_episode: Callable[[EpisodeRecord], None] | None,
+        on_plan: Callable[[str, int], None] | None,
+    ) -> RunSummary:
+        self.catalog.refuse_synthetic(config.role_models(), "a run")
         started = time.perf_counter()
-        run_id = resume or new_run_id()
-        if resume is None:
-            picked = pick_calibrations(self.store, config.panel, families)
-            snapshots = {family.name: family.settings_snapshot() for family in families}
-            config = config.model_copy(
-                update={
-                    "calibrations": {f: r.calibration_id for f, r in picked.items()},
-                    "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
-                }
-            )
-        else:  # a resumed run keeps what it chose when it started, whatever the caller's config says
-            stored = RunConfig(**self.store.run(resume)["config"])
-            config = config.model_copy(
-                update={"calibrations": stored.calibrations, "family_settings": stored.family_settings}
-            )
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
         phases = run_phases(families)
-        check_support_roles(config, [stage for phase in phases for stage in phase])
-        check_code_isolation(config, [stage for phase in phases for stage in phase])
-        done = self.store.finished_episode_ids(run_id) if resume else set()
-        first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
+        stages = [stage for phase in phases for stage in phase]
+        check_support_roles(config, stages)
+        check_code_isolation(config, stages)
+        with self.store.transaction():  # one state of the store; the file is let go before models load
+            done = self.store.finished_episode_ids(run_id) if resumed else set()
+            first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
         needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
-        self.store.release()  # loading models takes a while; others may use the store meanwhile
-        backends = self._open_backends(config, phases) if needs_models else {}
+        names = models_needed(config, stages) if needs_models else []
         progress = _Progress()
-        try:
-            if resume is None:
-                self._record_run(run_id, config, [stage for phase in phases for stage in phase])
+        with ModelPool.load(
+            self.catalog, names, parallel=config.parallel, backend_factory=self.backend_factory
+        ) as pool:
+            if not resumed:
+                self._record_run(run_id, config, stages)
             status = "failed"
             try:
-                self._play_phases(run_id, config, phases, first_plan, done, backends, progress, on_episode, on_plan)
+                self._play_phases(run_id, config, phases, first_plan, done, pool, progress, on_episode, on_plan)
                 if self.stop.requested:
                     raise RunInterrupted(run_id)
                 status = "finished"
@@ -344,11 +322,7 @@ class Runner:
                 raise
             finally:
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
-                self.store.release()
-        finally:
-            counters = [backend.counters for backend in backends.values()]
-            for backend in backends.values():
-                backend.close()
+            counters = pool.counters()
         finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,
@@ -362,18 +336,6 @@ class Runner:
             completion_tokens=sum(c.completion_tokens for c in counters),
         )
 
-    def _open_backends(self, config: RunConfig, phases: list[list[ScenarioFamily]]) -> dict[str, Backend]:
-        """Every model the run needs, loaded before anything is stored; a failed load closes the others."""
-        backends: dict[str, Backend] = {}
-        try:
-            for name in models_needed(config, [stage for phase in phases for stage in phase]):
-                backends[name] = self.backend_factory(self.catalog, self.catalog.get(name), parallel=config.parallel)
-        except BaseException:
-            for backend in backends.values():
-                backend.close()
-            raise
-        return backends
-
     def _play_phases(
         self,
         run_id: str,
@@ -381,7 +343,7 @@ class Runner:
         phases: list[list[ScenarioFamily]],
         first_plan: list[PlannedEpisode],
         done: set[str],
-        backends: dict[str, Backend],
+        pool: ModelPool,
         progress: _Progress,
         on_episode: Callable[[EpisodeRecord], None] | None,
         on_plan: Callable[[str, int], None] | None,
@@ -390,46 +352,38 @@ class Runner:
         for index, phase in enumerate(phases):
             if self.stop.requested:
                 return
-            planned = (
-                first_plan if index == 0 else plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
-            )
-            todo = [episode for episode in planned if episode.episode_id not in done]
-            progress.planned += len(planned)
-            progress.skipped += len(planned) - len(todo)
-            self.store.set_planned(run_id, progress.planned)
-            self.store.release()
+            with self.store.transaction():
+                planned = (
+                    first_plan
+                    if index == 0
+                    else plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
+                )
+                todo = [episode for episode in planned if episode.episode_id not in done]
+                progress.planned += len(planned)
+                progress.skipped += len(planned) - len(todo)
+                self.store.set_planned(run_id, progress.planned)
             if on_plan is not None:
                 on_plan(run_id, progress.planned - progress.skipped)
             if todo:
-                progress.records += asyncio.run(self._play_all(todo, config, backends, on_episode))
+                records = pool.play(todo, partial(self._play_one, config), partial(self._store_episode, on_episode))
+                progress.records += [record for record in records if record is not None]
 
-    async def _play_all(
+    def _store_episode(
         self,
-        todo: list[PlannedEpisode],
-        config: RunConfig,
-        backends: dict[str, Backend],
         on_episode: Callable[[EpisodeRecord], None] | None,
-    ) -> list[EpisodeRecord]:
-        scheduler = Scheduler(backends)
-        limiter = asyncio.Semaphore(config.parallel)
+        planned: PlannedEpisode,
+        record: EpisodeRecord | None,
+    ) -> None:
+        if record is None:
+            return
+        self.store.write_episode(record)
+        if on_episode is not None:
+            on_episode(record)
 
-        async def one(planned: PlannedEpisode) -> EpisodeRecord | None:
-            async with limiter:
-                if self.stop.requested:  # asked to stop: episodes not yet started are left for --resume
-                    return None
-                record = await self._play_one(planned, config, scheduler)
-            self.store.write_episode(record)
-            self.store.release()  # held only while writing: readers and other runs get their turn
-            if on_episode is not None:
-                on_episode(record)
-            return record
-
-        work = asyncio.gather(*(one(planned) for planned in todo))
-        await scheduler.drive(work)
-        return [record for record in await work if record is not None]
-
-    async def _play_one(self, planned: PlannedEpisode, config: RunConfig, scheduler: Scheduler) -> EpisodeRecord:
-        support = support_role_models(config)
+    async def _play_one(self, config: RunConfig, planned: PlannedEpisode, scheduler: Scheduler) -> EpisodeRecord | None:
+        if self.stop.requested:  # asked to stop: episodes not yet started are left for --resume
+            return None
+        support = config.support_models()
         ctx = EpisodeContext(
             episode_id=planned.episode_id,
             seed=planned.seed,
@@ -443,7 +397,7 @@ class Runner:
             force_greedy=config.greedy,
             unsafe_code_execution=config.unsafe_code_execution,
             max_turns=turns_for(config, planned.family),
-            seed_key=episode_seed_key(planned.family.name, planned.instance.id, planned.label),
+            seed_key=planned.key.seed_key,
         )
         started_at = datetime.now(UTC).replace(tzinfo=None)
         clock = time.perf_counter()
@@ -459,10 +413,10 @@ class Runner:
             scores = calibrated_scores(planned.family, scores, ctx.judgments, self._calibrations)
         return EpisodeRecord(
             episode_id=planned.episode_id,
-            run_id=planned.run_id,
+            run_id=planned.key.run_id,
             scenario=planned.family.name,
             instance_id=planned.instance.id,
-            player=planned.label,
+            player=planned.key.label,
             player_model=planned.player,
             partner_model=planned.partner,
             status="finished" if error is None else "error",

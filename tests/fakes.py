@@ -21,7 +21,8 @@ from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.catalog import load_catalog
 from appliance.judging.panels import get_panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import family_entry, family_names, load_family
 from appliance.store import Store
 from tests.fakes import REPO, scripted_factory, seed_echo

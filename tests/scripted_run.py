@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.catalog import load_catalog
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import get_panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import family_entry, load_family
 from appliance.store import Store
 from tests.fakes import REPO, scripted_factory, seed_echo
@@ -72,8 +73,11 @@ def main() -> None:
     )
     print("ready", flush=True)  # imports done: a timed kill from now on lands in the run itself
     with Store.open(args.db) as store:
-        family = load_family(args.family, seed=args.seed, store=store)
-        summary = Runner(catalog, store, scripted_factory(reply)).execute(config, [family], resume=args.resume)
+        runner = Runner(catalog, store, scripted_factory(reply))
+        if args.resume:
+            summary = runner.resume(args.resume)
+        else:
+            summary = runner.execute(config, [load_family(args.family, seed=args.seed, store=store)])
     print(summary.run_id, summary.episodes_finished, summary.episodes_total, flush=True)
 
 

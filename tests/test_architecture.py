@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.client import RoleBinding
 from appliance.engine import registry as backend_registry
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.scripted import ScriptedBackend
-from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.scenarios.clembench import games
 from appliance.scenarios.clembench.family import play_game
 from appliance.scenarios.clembench.generate import generate_instance_set

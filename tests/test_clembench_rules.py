@@ -13,13 +13,15 @@ import pytest
 
 from appliance.calibration.metrics import cohen_kappa
 from appliance.catalog import load_catalog
+from appliance.client import RoleBinding
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.clembench.caps import MARGIN, SENTENCE_CHARS
 from appliance.scenarios.clembench.family import ClembenchFamily, play_game

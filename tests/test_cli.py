@@ -120,6 +120,20 @@ def test_resuming_a_complete_run_plays_nothing_and_keeps_it(tiny_run: TinyRun) -
 
 
 @pytest.mark.real_model
+def test_resuming_after_the_models_file_changed_a_model_is_refused(tiny_run: TinyRun, tmp_path: Path) -> None:
+    with duckdb.connect(str(tiny_run.db), read_only=True) as db:
+        (run_id,) = one(db, "SELECT run_id FROM runs")
+        before = db.execute("SELECT count(*), max(status) FROM runs").fetchone()
+    edited = tmp_path / "models.toml"
+    text = (REPO / "models.toml").read_text(encoding="utf-8")
+    edited.write_text(text.replace("context_length = 2048", "context_length = 1024", 1), encoding="utf-8")
+    result = cli("run", "--resume", run_id, "--db", str(tiny_run.db), "--models", str(edited))
+    assert_clean_error(result, f"--resume {run_id}", "'smollm2-135m' (context_length changed)")
+    with duckdb.connect(str(tiny_run.db), read_only=True) as db:
+        assert db.execute("SELECT count(*), max(status) FROM runs").fetchone() == before
+
+
+@pytest.mark.real_model
 def test_a_run_opens_no_network_socket(tiny_run: TinyRun) -> None:
     assert tiny_run.result.returncode == 0, tiny_run.result.stderr[-3000:]
     assert tiny_run.network_log == "", tiny_run.network_log

@@ -17,14 +17,16 @@ import pytest
 from rich.console import Console
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, Sampling
-from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.rescoring import rescore_run
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
@@ -294,9 +296,7 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     with Store.open(tmp_path / "db.duckdb") as store:
         config = deepeval_config(catalog, ["smollm2-135m"], None, spec)
         summary = Runner(catalog, store, scripted_models).execute(config, [load_family(spec, store=store)])
-        resumed = Runner(catalog, store, scripted_models).execute(
-            config, [load_family(spec, store=store)], resume=summary.run_id
-        )
+        resumed = Runner(catalog, store, scripted_models).resume(summary.run_id)
         report = build_deepeval_report(store, summary.run_id, spec)
     needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
     # self-play public goods alternates 80 (all give 10) and 50 coins: never stable, so played to max

@@ -10,7 +10,8 @@ import pytest
 
 from appliance.catalog import load_catalog
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from tests.fakes import scripted_factory

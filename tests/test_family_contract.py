@@ -13,7 +13,8 @@ from rich.console import Console
 from appliance.catalog import load_catalog
 from appliance.judging.panels import get_panel
 from appliance.rescoring import rescore_run
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import build_scenario_report, family_entry, family_names, load_family
 from appliance.scenarios.base import JudgedFamily
 from appliance.store import Store

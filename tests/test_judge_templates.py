@@ -178,8 +178,9 @@ def test_template_with_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
 def _pair_verdict(respond: Callable[[GenerationRequest], str]) -> PairVerdict:
     import asyncio
 
+    from appliance.client import RoleBinding
     from appliance.engine.scripted import ScriptedBackend
-    from appliance.episodes import EpisodeContext, RoleBinding
+    from appliance.episodes import EpisodeContext
     from appliance.judging.verdicts import judge_pair
     from appliance.scheduler import Scheduler
 

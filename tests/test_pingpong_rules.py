@@ -15,7 +15,8 @@ from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
 from appliance.store import EpisodeRecord, JudgmentRecord, Store
@@ -185,12 +186,12 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
         store.connection.execute("UPDATE runs SET status = 'interrupted'")
     catalog = load_catalog(REPO / "models.toml")
     family = PingPongFamily.load(tmp_path / "pingpong", REPO / "judges")
-    config = RunConfig(**store.run(run_id)["config"])
+    config = store.run(run_id).run_config()
     played: list[str] = []
 
     factory = scripted_factory(lambda model, request: _responder(request))
-    summary = Runner(catalog, store, backend_factory=factory).execute(
-        config, [family], resume=run_id, on_episode=lambda record: played.append(record.episode_id)
+    summary = Runner(catalog, store, backend_factory=factory).resume(
+        run_id, on_episode=lambda record: played.append(record.episode_id)
     )
     assert played == [lost]
     assert (summary.episodes_skipped, summary.episodes_finished) == (5, 1)

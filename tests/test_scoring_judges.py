@@ -23,20 +23,22 @@ from appliance.calibration.metrics import bootstrap_metrics
 from appliance.calibration.pipeline import CalibrationRequest, choose_criterion, default_template, run_calibration
 from appliance.calibration.shipped import write_shipped
 from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scoring import log_softmax
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling, ScoringRequest, TokenScores
-from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
 from appliance.judging.templates import RatingTemplate, judge_messages, load_judge_template
 from appliance.judging.verdicts import ask_judge
 from appliance.labels.model import HumanLabel, LabelKind, LabelSet
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily
 from appliance.scenarios.pingpong.report import build_leaderboard
 from appliance.scheduler import Scheduler
@@ -346,7 +348,7 @@ def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names
         )
         assert {row[0] for row in features} == set(template.outputs())
         board = build_leaderboard(store, summary.run_id)
-        stored_config = store.run(summary.run_id)["config"]
+        stored_config = store.run(summary.run_id).config
         assert stale_calibrations(store, panel, "turn_likelihood", REPO / "judges") == ["cal-stale"]
     assert board.calibration is not None and board.calibration["calibration_id"] == "cal-current"
     assert (board.calibration["label_set"], board.calibration["criterion"]) == ("fed-turn", "Overall")

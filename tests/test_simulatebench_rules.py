@@ -14,7 +14,8 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulatebench.answers import parse_choice
 from appliance.scenarios.simulatebench.family import ProfileInstance

@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 
 from appliance.catalog import load_catalog
+from appliance.client import RoleBinding
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext, RoleBinding
+from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.templates import RatingTemplate
 from appliance.judging.verdicts import PairVerdict, ask_judge
 from appliance.rescoring import rescore_run
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
 from appliance.scenarios.simulbench.report import build_simulbench_report
@@ -291,9 +293,7 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         # 2 tasks x 3 dialogues; each dialogue: turn 1 fine, turn 2 (the harder request) challenging -> 2 scripts
         assert summary.episodes_total == 6 + 6 + 12 * 2 + 12 and summary.episodes_failed == 0
         report = build_simulbench_report(store, summary.run_id, "simulbench")
-        resumed = Runner(catalog, store, scripted_factory(good_and_bad)).execute(
-            config, [load_family("simulbench", store=store)], resume=summary.run_id
-        )
+        resumed = Runner(catalog, store, scripted_factory(good_and_bad)).resume(summary.run_id)
         rescored = rescore_run(
             store,
             catalog,

@@ -15,7 +15,8 @@ from appliance.engine.transformers_backend import TransformersBackend, transform
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from tests.test_cli import REPO, assert_clean_error, cli

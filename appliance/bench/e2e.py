@@ -26,7 +26,8 @@ from appliance.engine.factory import open_backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.judging.panels import Panel
-from appliance.runner import RunConfig, Runner
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
 from appliance.scenarios.base import ScenarioFamily
 from appliance.store import Store
 

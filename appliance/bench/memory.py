@@ -9,16 +9,17 @@ first and recomputed when their conversation returns.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import resource
 import time
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
+from appliance.pool import ModelPool
 from appliance.scheduler import Scheduler
 
 QUESTIONS = ["What do you do all day?", "What worries you?", "Tell me about your home.", "What do you eat?"]
@@ -50,7 +51,7 @@ def peak_rss_kilobytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-async def _conversation(scheduler: Scheduler, index: int, turns: int) -> None:
+async def _conversation(index: int, scheduler: Scheduler, *, turns: int) -> None:
     persona = f"You are character number {index}, a {['baker', 'sailor', 'poet', 'judge'][index % 4]}. " * 12
     history = [Message(role="system", content=persona)]
     for turn in range(turns):
@@ -64,20 +65,14 @@ async def _conversation(scheduler: Scheduler, index: int, turns: int) -> None:
         history.append(Message(role="assistant", content=reply.text))
 
 
-async def _drive(backend: LlamaCppBackend, conversations: int, turns: int) -> None:
-    scheduler = Scheduler({"model": backend})
-    work = asyncio.gather(*(_conversation(scheduler, index, turns) for index in range(conversations)))
-    await scheduler.drive(work)
-    await work
-
-
 def measure(model: Path, conversations: int, turns: int, context_length: int, budget_mb: int) -> MemoryResult:
     backend = LlamaCppBackend(
         model, name="memory", context_length=context_length, slots=conversations, kv_budget_mb=budget_mb
     )
     started = time.perf_counter()
     try:
-        asyncio.run(_drive(backend, conversations, turns))
+        pool = ModelPool({"model": backend}, parallel=conversations)  # the backend stays this function's
+        pool.play(range(conversations), partial(_conversation, turns=turns))
         counters = backend.counters
         slots = len(backend.slots)
         per_token = backend.kv_bytes_per_token

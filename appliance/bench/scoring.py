@@ -10,7 +10,6 @@ compute; `ideal_s` is the engine's computed tokens at the raw loop's rate.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time
@@ -18,13 +17,14 @@ import time
 import llama_cpp as C
 from pydantic import BaseModel
 
+from appliance.client import ModelClient, RoleBinding
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel, TokenBatch
 from appliance.engine.scoring import log_softmax
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext, RoleBinding
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ScoringTemplate
+from appliance.pool import ModelPool
 from appliance.scheduler import Scheduler
 
 _SUBJECTS = ["my dog", "the weather", "a film I saw", "my new job", "cooking pasta", "a trip to Lisbon", "chess"]
@@ -76,25 +76,15 @@ def engine_scoring(
         return submit(request)
 
     backend.submit = recording_submit  # type: ignore[method-assign]
-    scheduler = Scheduler({backend.name: backend})
     roles = {f"judge:{backend.name}": RoleBinding(model=backend.name)}
 
-    async def all_items() -> None:
-        contexts = [
-            EpisodeContext(episode_id=f"bench-{index}", seed=0, scheduler=scheduler, roles=roles)
-            for index in range(len(items))
-        ]
-        work = asyncio.gather(
-            *(
-                scoring_features(ctx, template, item, backend.name, "j")
-                for ctx, item in zip(contexts, items, strict=True)
-            )
-        )
-        await scheduler.drive(work)
-        await work
+    async def features(entry: tuple[int, dict[str, str]], scheduler: Scheduler) -> dict[str, float]:
+        index, item = entry
+        client = ModelClient(f"bench-{index}", 0, scheduler, roles)
+        return await scoring_features(client, template, item, backend.name, "j")
 
-    try:
-        asyncio.run(all_items())
+    try:  # every item at once; the backend stays the caller's
+        ModelPool({backend.name: backend}, parallel=max(1, len(items))).play(list(enumerate(items)), features)
     finally:
         backend.submit = submit  # type: ignore[method-assign]
     return served

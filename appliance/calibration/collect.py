@@ -15,15 +15,15 @@ import math
 from collections.abc import Callable
 
 from appliance.catalog import Catalog
-from appliance.engine.backend import Backend
+from appliance.client import EpisodeFailed, ModelClient, derive_seed
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, EpisodeFailed, derive_seed
 from appliance.judging.panels import Panel
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
+from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, bind_role
 from appliance.scheduler import Scheduler
 from appliance.store import Store
@@ -107,82 +107,42 @@ def collect_verdicts(
     if not todo:
         return verdicts
     judges_needed = sorted({judge for work in todo.values() for judge, _ in work})
-    backends: dict[str, Backend] = {}
-    try:
-        for judge in judges_needed:
-            backends[judge] = backend_factory(catalog, catalog.get(judge), parallel=parallel)
-        by_id = {item.item_id: item for item in items}
-        new = asyncio.run(
-            _rate_items(
-                store,
-                catalog,
-                backends,
-                label_set,
-                template,
-                criterion,
-                [(by_id[i], work) for i, work in todo.items()],
-                seed,
-                parallel,
-                on_item,
-            )
+    roles = {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in judges_needed}
+    by_id = {item.item_id: item for item in items}
+    done = 0
+
+    async def rate(entry: tuple[LabelItem, list[tuple[str, bool]]], scheduler: Scheduler) -> list[LabelVerdict]:
+        item, requests = entry
+        client = ModelClient(
+            f"label:{label_set.name}:{item.item_id}", derive_seed(seed, label_set.name, item.item_id), scheduler, roles
         )
-    finally:
-        for backend in backends.values():
-            backend.close()
-    verdicts.update(new)
+        variables = item_variables(label_set, item, criterion, template)
+        if isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate):
+            return list(
+                await asyncio.gather(
+                    *(
+                        _feature_verdict(client, template, variables, judge, item.item_id, variant)
+                        for judge, _ in requests
+                    )
+                )
+            )
+        return await _sampled_verdicts(client, template, variables, requests, item.item_id, variant)
+
+    def written(entry: tuple[LabelItem, list[tuple[str, bool]]], found: list[LabelVerdict]) -> None:
+        nonlocal done
+        write_label_verdicts(store, label_set.name, template.name, fingerprint, found)
+        verdicts.update({(v.item_id, v.judge, v.order_swapped): v for v in found})
+        done += 1
+        if on_item is not None:
+            on_item(done, len(todo))
+
+    with ModelPool.load(catalog, judges_needed, parallel=parallel, backend_factory=backend_factory) as pool:
+        pool.play([(by_id[i], work) for i, work in todo.items()], rate, written)
     return verdicts
 
 
-async def _rate_items(
-    store: Store,
-    catalog: Catalog,
-    backends: dict[str, Backend],
-    label_set: LabelSet,
-    template: JudgeTemplate,
-    criterion: str,
-    work: list[tuple[LabelItem, list[tuple[str, bool]]]],
-    seed: int,
-    parallel: int,
-    on_item: Callable[[int, int], None] | None,
-) -> dict[VerdictKey, LabelVerdict]:
-    scheduler = Scheduler(backends)
-    limiter = asyncio.Semaphore(parallel)
-    roles = {f"judge:{judge}": bind_role(catalog, judge, "judge") for judge in backends}
-    variant = _variant(label_set, criterion, template)
-    results: dict[VerdictKey, LabelVerdict] = {}
-    done = 0
-
-    async def rate(item: LabelItem, requests: list[tuple[str, bool]]) -> None:
-        nonlocal done
-        async with limiter:
-            ctx = EpisodeContext(
-                episode_id=f"label:{label_set.name}:{item.item_id}",
-                seed=derive_seed(seed, label_set.name, item.item_id),
-                scheduler=scheduler,
-                roles=roles,
-            )
-            variables = item_variables(label_set, item, criterion, template)
-            if isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate):
-                verdicts = await asyncio.gather(
-                    *(_feature_verdict(ctx, template, variables, judge, item.item_id, variant) for judge, _ in requests)
-                )
-            else:
-                verdicts = await _sampled_verdicts(ctx, template, variables, requests, item.item_id, variant)
-        write_label_verdicts(store, label_set.name, template.name, template.fingerprint(), verdicts)
-        store.release()  # held only while writing, as a run does
-        results.update({(v.item_id, v.judge, v.order_swapped): v for v in verdicts})
-        done += 1
-        if on_item is not None:
-            on_item(done, len(work))
-
-    gathered = asyncio.gather(*(rate(item, requests) for item, requests in work))
-    await scheduler.drive(gathered)
-    await gathered
-    return results
-
-
 async def _feature_verdict(
-    ctx: EpisodeContext,
+    client: ModelClient,
     template: LikelihoodTemplate | ExpectedScoreTemplate,
     variables: dict[str, str],
     judge: str,
@@ -194,13 +154,15 @@ async def _feature_verdict(
         if "response_a" in variables:
             first, second = await asyncio.gather(
                 *(
-                    scoring_features(ctx, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}")
+                    scoring_features(
+                        client, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}"
+                    )
                     for key in ("response_a", "response_b")
                 )
             )
             features = pair_features(first, second)
         else:
-            features = await scoring_features(ctx, template, variables, judge, judge)
+            features = await scoring_features(client, template, variables, judge, judge)
     except EpisodeFailed as error:  # the item does not fit this judge's context: no features
         return LabelVerdict(
             item_id=item_id, judge=judge, variant=variant, score=None, raw_text=str(error), parsed=False
@@ -219,7 +181,7 @@ async def _feature_verdict(
 
 
 async def _sampled_verdicts(
-    ctx: EpisodeContext,
+    client: ModelClient,
     template: JudgeTemplate,
     variables: dict[str, str],
     requests: list[tuple[str, bool]],
@@ -230,7 +192,7 @@ async def _sampled_verdicts(
     assert not isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
     replies = await asyncio.gather(
         *(
-            judge_replies(ctx, template, _shown(variables, swapped), judge, f"{judge}-{int(swapped)}")
+            judge_replies(client, template, _shown(variables, swapped), judge, f"{judge}-{int(swapped)}")
             for judge, swapped in requests
         )
     )

@@ -265,7 +265,6 @@ def score(
 ) -> None:
     """(Re)score a stored run with a panel, without regenerating transcripts; other panels' scores stay."""
     from appliance.rescoring import rescore_run
-    from appliance.runner import RunConfig
     from appliance.scenarios import build_scenario_report
 
     catalog = load_models(models)
@@ -281,7 +280,7 @@ def score(
             parallel=parallel,
             on_episode=lambda done, total: progress.update(task, completed=done, total=total),
         )
-        scenarios = RunConfig(**store.run(resolved)["config"]).scenarios
+        scenarios = store.run(resolved).scenarios
         boards = [build_scenario_report(store, resolved, name, chosen.name) for name in scenarios]
     if as_json:
         print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))

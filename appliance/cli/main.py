@@ -39,16 +39,14 @@ from appliance.cli.options import (  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
-from appliance.judging.panels import get_panel  # noqa: E402
-from appliance.paths import judges_dir, project_root  # noqa: E402
-from appliance.runner import RunConfig, Runner, RunSummary, instances_for_run, role_models  # noqa: E402
+from appliance.paths import project_root  # noqa: E402
+from appliance.planning import DEFAULT_LIMIT, RunRequest, plan_run, quick_suite_note  # noqa: E402
+from appliance.run_config import RunConfig  # noqa: E402
+from appliance.runner import Runner, RunSummary, instances_for_run  # noqa: E402
 from appliance.scenarios import GenerateRequest, ScenarioReport, build_scenario_report, load_family  # noqa: E402
 from appliance.scenarios.registry import families as registered_families  # noqa: E402
 from appliance.scenarios.registry import family_entry  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
-
-#: instances per scenario when --scenario is given without --limit
-DEFAULT_LIMIT = 6
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
 models_app = typer.Typer(no_args_is_help=True, help="The models of models.toml.")
@@ -117,36 +115,27 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Run a suite of episodes, store everything, print each family's report."""
-    catalog = load_models(models)
+    catalog = load_models(models if models is not None or resume is None else _stored_models_file(db, resume))
     with Store.open(db) as store:
-        if resume is not None:
-            config = RunConfig(**store.run(resume)["config"])
-        else:
-            player_names = split_values(players) or catalog.defaults.players
-            if not player_names:
-                raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
-            scenarios = split_values(scenario)
-            quick = not scenarios and limit is None and not all_instances
-            config = RunConfig(
-                scenarios=scenarios or [entry.name for entry in registered_families()],
-                players=player_names,
-                interrogator=interrogator or catalog.defaults.interrogator or player_names[0],
-                panel=get_panel(judges_dir() / "panels.toml", panel),
+        if resume is None:
+            request = RunRequest(
+                scenarios=split_values(scenario),
+                players=split_values(players),
+                interrogator=interrogator,
+                simulator=simulator,
+                turns=turns,
+                panel=panel,
                 seed=seed,
-                limit=None if all_instances else (limit or DEFAULT_LIMIT),
-                limits=_family_limits(quick) if limit is None and not all_instances else {},
-                quick=quick,
-                turn_caps=_quick_turns() if quick and turns is None else {},
+                limit=limit,
+                all_instances=all_instances,
                 parallel=parallel,
-                models_file=str(catalog.source),
                 cross_play=cross_play,
                 exclude_self_judging=exclude_self_judging,
-                simulator=simulator or catalog.defaults.simulator,
-                turns=turns,
                 unsafe_code_execution=unsafe_code_execution,
             )
-        for name in role_models(config):
-            catalog.get(name)
+            config = plan_run(request, catalog, registered_families())
+        else:
+            config = store.run(resume).run_config()
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
         try:
             with graceful_interrupts(StopRequest()) as stop:
@@ -179,15 +168,10 @@ def run(
         )
 
 
-def _family_limits(quick: bool) -> dict[str, int]:
-    """Each family's quick-suite limit, or its own default where it has one."""
-    if quick:
-        return {entry.name: entry.quick_limit for entry in registered_families()}
-    return {entry.name: entry.default_limit for entry in registered_families() if entry.default_limit is not None}
-
-
-def _quick_turns() -> dict[str, int]:
-    return {entry.name: entry.quick_turns for entry in registered_families() if entry.quick_turns is not None}
+def _stored_models_file(db: Path | None, run_id: str) -> Path:
+    """The models file a run started with: `--resume` reads it unless told --models."""
+    with Store.open(db, read_only=True) as store:
+        return Path(store.run(run_id).run_config().models_file)
 
 
 def _execute_with_progress(
@@ -227,20 +211,16 @@ def _execute_with_progress(
                     soft_wrap=True,
                 )
 
-        return runner.execute(config, families, resume=resume, on_episode=episode_done, on_plan=planned)
+        if resume is not None:
+            return runner.resume(resume, on_episode=episode_done, on_plan=planned)
+        return runner.execute(config, families, on_episode=episode_done, on_plan=planned)
 
 
 def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: Path, config: RunConfig) -> None:
     for scenario_report in reports:
         scenario_report.render(console)
     if config.quick:
-        shown = ", ".join(f"{name} {count}" for name, count in config.limits.items())
-        capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
-        console.print(
-            f"Quick suite, shortened: instances per family {shown} (clembench: per game; SimulateBench: profiles "
-            f"per character; DeepEval: repetitions per task); turns (rounds) capped: {capped}. "
-            "Name --scenario, --limit, --turns or --all for the methods' own sizes."
-        )
+        console.print(quick_suite_note(config, registered_families()))
     cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
     console.print(
         f"Run {summary.run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
@@ -261,7 +241,7 @@ def report(
     with Store.open(db, read_only=True) as store:
         resolved = store.resolve_run_id(run_id)
         record = store.run(resolved)
-        if record["status"] == "running":
+        if record.status == "running":
             finished, failed, planned = store.progress(resolved)
             (error_console if as_json else console).print(
                 f"run {resolved} running: {finished + failed} of {planned if planned is not None else '?'} episodes "
@@ -270,7 +250,7 @@ def report(
                 markup=False,
                 highlight=False,
             )
-        reports = [build_scenario_report(store, resolved, name, panel) for name in record["config"]["scenarios"]]
+        reports = [build_scenario_report(store, resolved, name, panel) for name in record.scenarios]
     if as_json:
         print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
         return

@@ -101,7 +101,7 @@ def compare_runs(
     headlines: list[tuple[str, Headline, Headline]] | None = None,
 ) -> Comparison:
     """`headlines`: those of `shared_headlines`, where the caller built them already."""
-    base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
+    base_config, candidate_config = store.run(base_run).config, store.run(candidate_run).config
     differences = _setting_differences(base_config, candidate_config)
     if headlines is None:
         headlines = shared_headlines(store, base_run, candidate_run)
@@ -129,7 +129,7 @@ def compare_runs(
 
 def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tuple[str, Headline, Headline]]:
     """(scenario, base headline, candidate headline) for each family both runs played that has headlines."""
-    base_config, candidate_config = store.run(base_run)["config"], store.run(candidate_run)["config"]
+    base_config, candidate_config = store.run(base_run).config, store.run(candidate_run).config
     found = []
     for scenario in [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]:
         entry = family_entry(scenario.partition(":")[0])

@@ -21,6 +21,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 
+from appliance.client import ModelClient
 from appliance.episodes import EpisodeContext
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring_templates import EXPECTED, expected_score, scale_distribution
@@ -37,14 +38,14 @@ def verdict_text(value: int) -> str:
 
 
 async def rating_distribution(
-    ctx: EpisodeContext, template: RatingTemplate, variables: dict[str, str], judge_model: str, conversation: str
+    client: ModelClient, template: RatingTemplate, variables: dict[str, str], judge_model: str, conversation: str
 ) -> dict[str, float]:
     """The judge's expected score and entropy over the scale, and each value's probability (`p_<n>`)."""
     messages = judge_messages(template, variables)
     values = range(template.scale_min, template.scale_max + 1)
     scores = await asyncio.gather(
         *(
-            ctx.score(
+            client.score(
                 "judge", messages, continuation=verdict_text(v), model=judge_model, conversation=f"{conversation}-v{v}"
             )
             for v in values
@@ -74,7 +75,7 @@ async def read_rating(
     judge's context (as `ask_judge` does); when none fits, the verdict is stored unparsed."""
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
     read, failure = await first_that_fits(
-        lambda filled: rating_distribution(ctx, template, filled, judge_model, conversation), variables, shorter
+        lambda filled: rating_distribution(ctx.client, template, filled, judge_model, conversation), variables, shorter
     )
     record = JudgmentRecord(
         panel=panel,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from appliance.episodes import EpisodeFailed
+from appliance.client import EpisodeFailed
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from statistics import fmean
 
-from appliance.episodes import EpisodeContext
+from appliance.client import ModelClient
 from appliance.judging.scoring_templates import (
     BASELINE,
     EACH_NEGATIVE,
@@ -27,13 +27,13 @@ from appliance.judging.templates import render
 
 
 async def scoring_features(
-    ctx: EpisodeContext, template: ScoringTemplate, variables: dict[str, str], judge: str, conversation: str
+    client: ModelClient, template: ScoringTemplate, variables: dict[str, str], judge: str, conversation: str
 ) -> dict[str, float]:
     """Every feature of one text from one judge; all its requests go out at once (they share prefixes)."""
     filled = scoring_variables(template, variables)
     source = f"judges/{template.name}.toml"
     if isinstance(template, ExpectedScoreTemplate):
-        scores = await ctx.score(
+        scores = await client.score(
             "judge",
             render(template.prompt, filled, source),
             choices=template.choices(),
@@ -43,7 +43,7 @@ async def scoring_features(
         return expected_score(list(scores.choice_logprobs), template.scale_min)
 
     async def mean_logprob(prompt: str, continuation: str, key: str) -> tuple[float, int]:
-        scores = await ctx.score(
+        scores = await client.score(
             "judge",
             render(prompt, filled, source),
             continuation=render(continuation, filled, source),

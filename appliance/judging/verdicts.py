@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from appliance.client import ModelClient
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
 from appliance.judging.expected_rating import read_rating
@@ -53,7 +54,7 @@ def verdict_records(
 
 
 async def judge_replies(
-    ctx: EpisodeContext,
+    client: ModelClient,
     template: SampledTemplate,
     variables: dict[str, str],
     judge_model: str,
@@ -71,14 +72,13 @@ async def judge_replies(
     sampling = Sampling(temperature=template.temperature, max_tokens=template.max_tokens)
     completions = await asyncio.gather(
         *(
-            ctx.generate(
+            client.generate(
                 "judge",
                 messages,
                 sampling=sampling,
                 grammar=template.grammar(),
                 model=judge_model,
                 conversation=f"{conversation}-s{sample}",
-                record=False,
                 reserve_output=reserve_output,
             )
             for sample in range(template.samples)
@@ -121,7 +121,7 @@ async def ask_judge(
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
     replies, failure = await first_that_fits(
         lambda filled: judge_replies(
-            ctx, template, filled, judge_model, conversation, reserve_output=shorter is not None
+            ctx.client, template, filled, judge_model, conversation, reserve_output=shorter is not None
         ),
         variables,
         shorter,

@@ -13,18 +13,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from appliance.episodes import EpisodeContext
+from appliance.run_config import SupportRole
 from appliance.store.run_view import RunView
 
 #: the `panel` column of scores and verdicts that rules compute (game masters, referees, answer parsers)
 RULE_SCORER = "rules"
 
-#: roles other than "player", "partner" and the judges that a family may need a model for
-SupportRole = Literal["interrogator", "user_agent", "simulator"]
 SUPPORT_ROLES: tuple[SupportRole, ...] = ("interrogator", "user_agent", "simulator")
 
 

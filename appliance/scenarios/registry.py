@@ -105,6 +105,8 @@ class FamilyEntry(Generic[ReportT]):
     render: Callable[[Console, ReportT], None]
     #: instances per run in the quick suite (`appliance run` with no --scenario)
     quick_limit: int
+    #: what a limit counts for this family, as the quick suite's note says it ("episodes per game")
+    limit_unit: str = "instances"
     #: instances per run when a scenario is named without --limit or --all (None: the CLI's default)
     default_limit: int | None = None
     #: a cap on conversation turns (rounds) in the quick suite, where the family has turns

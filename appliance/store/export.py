@@ -8,6 +8,7 @@ read alone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,8 @@ def export_run(store: Store, run_id: str, out: Path, export_format: str) -> list
         path = out / f"{table}.{export_format}"
         copied = store.query(f"COPY ({select}) TO '{_quoted(path)}' ({options})", [run_id])
         written.append(ExportedFile(table, path, int(copied[0][0])))  # COPY answers with its row count
-    record = {key: (str(value) if key in ("started_at", "finished_at") else value) for key, value in run.items()}
+    fields = {key: value for key, value in dataclasses.asdict(run).items() if key != "source"}
+    record = {key: (str(value) if key in ("started_at", "finished_at") else value) for key, value in fields.items()}
     (out / "run.json").write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
     return written
 

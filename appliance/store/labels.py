@@ -287,6 +287,15 @@ def store_if_missing(store: Store, record: CalibrationRecord) -> None:
         write_calibration(store, record)
 
 
+def calibration_rows(store: Store) -> list[tuple[Any, ...]]:
+    """Every stored calibration, oldest first: id, created_at, panel, label set, criterion, template,
+    model JSON and metrics JSON."""
+    return store.query(
+        "SELECT calibration_id, created_at, panel, label_set, criterion, template, model, metrics "
+        "FROM calibrations ORDER BY created_at"
+    )
+
+
 def get_calibration(store: Store, calibration_id: str) -> CalibrationRecord:
     rows = store.query(f"SELECT {_CALIBRATION_COLUMNS} FROM calibrations WHERE calibration_id = ?", [calibration_id])
     if not rows:

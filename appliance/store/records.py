@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from appliance.errors import ApplianceError
+from appliance.run_config import RunConfig
 
 
 class MessageRecord(BaseModel):
@@ -113,3 +118,31 @@ class CalibrationRecord(BaseModel):
     heldout_items: list[str]
     model: dict[str, Any]
     metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as the store holds it. `config` is the stored JSON: a full run config for runs the
+    appliance played, a description of the source for imported runs (`run_config` says which)."""
+
+    run_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    status: str
+    seed: int
+    config: dict[str, Any]
+    wall_s: float | None
+    planned_episodes: int | None
+    #: the store file it came from (named in errors)
+    source: Path
+
+    @property
+    def scenarios(self) -> list[str]:
+        return [str(name) for name in self.config.get("scenarios", [])]
+
+    def run_config(self) -> RunConfig:
+        """The config the run was played with; an imported run has none (one line, exit 2)."""
+        if "imported_from" in self.config or "panel" not in self.config:
+            source = self.config.get("imported_from", "another system")
+            raise ApplianceError(f"{self.source}: run '{self.run_id}' was imported from {source}; it has no run config")
+        return RunConfig.model_validate(self.config)

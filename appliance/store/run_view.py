@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.store.records import StoredRun
 from appliance.store.store import Store
 
 
@@ -74,10 +75,10 @@ class RunView:
         self._store = store
         self.run_id = run_id
         self.scenario = scenario
-        self._stored_run: dict[str, Any] | None = None
+        self._stored_run: StoredRun | None = None
 
     @property
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> StoredRun:
         """The run's row, read when first needed: a new run's first stage is prepared before it is stored."""
         if self._stored_run is None:
             self._stored_run = self._store.run(self.run_id)
@@ -85,17 +86,17 @@ class RunView:
 
     @property
     def status(self) -> str:
-        return str(self._run["status"])
+        return self._run.status
 
     @property
     def config(self) -> dict[str, Any]:
         """The run's stored configuration (players, panel, seed, limits, ...)."""
-        return dict(self._run["config"])
+        return dict(self._run.config)
 
     @property
     def panel(self) -> str:
         """The name of the panel the run was played with."""
-        return str(self._run["config"]["panel"]["name"])
+        return str(self._run.config["panel"]["name"])
 
     def scored_panels(self) -> list[str]:
         """Every panel (and the rules) that stored scores in this run, in name order."""

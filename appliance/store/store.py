@@ -29,6 +29,7 @@ from appliance.store.records import (
     ModelRecord,
     RunRecord,
     ScoreRecord,
+    StoredRun,
 )
 from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 
@@ -81,7 +82,9 @@ def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDB
 
 
 class Store:
-    """One DuckDB file. The connection opens on first use and `release` lets other processes in."""
+    """One DuckDB file. The connection opens on first use; a transaction lets the file go when it
+    ends, so a long job (a run, a rescoring, a calibration) holds it only while it writes or plans,
+    and other runs and readers get their turn in between."""
 
     def __init__(self, connection: duckdb.DuckDBPyConnection | None, path: Path, read_only: bool) -> None:
         self._connection = connection
@@ -95,7 +98,7 @@ class Store:
             self._connection = connect_waiting(self.path, self.read_only, lock_wait_s())
         return self._connection
 
-    def release(self) -> None:
+    def _release(self) -> None:
         """Close the file until the next use, so other runs and readers can open it meanwhile."""
         if self._connection is not None and self._transaction_depth == 0 and str(self.path) != ":memory:":
             self._connection.close()
@@ -165,6 +168,11 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
+        """All or nothing; reads inside see one state of the store. The file is let go at the end.
+        Inside another transaction, this one joins it."""
+        if self._transaction_depth > 0:
+            yield
+            return
         connection = self.connection
         connection.execute("BEGIN TRANSACTION")
         self._transaction_depth += 1
@@ -173,9 +181,11 @@ class Store:
         except BaseException:
             connection.execute("ROLLBACK")
             raise
+        else:
+            connection.execute("COMMIT")
         finally:
             self._transaction_depth -= 1
-        connection.execute("COMMIT")
+            self._release()
 
     # -- writing ----------------------------------------------------------
 
@@ -343,7 +353,8 @@ class Store:
 
     def set_planned(self, run_id: str, episodes: int) -> None:
         """How many episodes the run has planned so far (staged families plan a stage at a time)."""
-        self.connection.execute("UPDATE runs SET planned_episodes = ? WHERE run_id = ?", [episodes, run_id])
+        with self.transaction():
+            self.connection.execute("UPDATE runs SET planned_episodes = ? WHERE run_id = ?", [episodes, run_id])
 
     def progress(self, run_id: str) -> tuple[int, int, int | None]:
         """(finished, failed, planned) episodes of a run, as stored now."""
@@ -352,14 +363,15 @@ class Store:
             "FROM episodes WHERE run_id = ?",
             [run_id],
         ).fetchone()
-        planned = self.run(run_id)["planned_episodes"]
+        planned = self.run(run_id).planned_episodes
         return (int(row[0]), int(row[1]), None if planned is None else int(planned)) if row else (0, 0, planned)
 
     def finish_run(self, run_id: str, status: str, wall_s: float) -> None:
-        self.connection.execute(
-            "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",
-            [status, _now(), wall_s, run_id],
-        )
+        with self.transaction():
+            self.connection.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",
+                [status, _now(), wall_s, run_id],
+            )
 
     # -- reading ----------------------------------------------------------
 
@@ -374,7 +386,7 @@ class Store:
             raise ApplianceError(f"{self.path}: no runs stored yet (run 'appliance run' first)")
         return resolved
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> StoredRun:
         row = self.connection.execute(
             "SELECT run_id, started_at, finished_at, status, seed, config, wall_s, planned_episodes FROM runs "
             "WHERE run_id = ?",
@@ -382,10 +394,39 @@ class Store:
         ).fetchone()
         if row is None:
             raise ApplianceError(f"{self.path}: no run '{run_id}'")
-        keys = ("run_id", "started_at", "finished_at", "status", "seed", "config", "wall_s", "planned_episodes")
-        record = dict(zip(keys, row, strict=True))
-        record["config"] = json.loads(record["config"])
-        return record
+        run, started, finished, status, seed, config, wall, planned = row
+        return StoredRun(
+            str(run), started, finished, str(status), int(seed), json.loads(config), wall, planned, self.path
+        )
+
+    def run_models(self, run_id: str) -> list[ModelRecord]:
+        """The models a run recorded when it started: backend, file, hash and catalog parameters."""
+        rows = self.query_records(
+            "SELECT name, backend, path, sha256, parameters FROM models WHERE run_id = ? ORDER BY name", [run_id]
+        )
+        return [ModelRecord(**(row | {"parameters": json.loads(row["parameters"])})) for row in rows]
+
+    def episode_players(self, run_id: str) -> list[str]:
+        """Every player label of the run's episodes, sorted."""
+        return [
+            str(p) for (p,) in self.query("SELECT DISTINCT player FROM episodes WHERE run_id = ? ORDER BY 1", [run_id])
+        ]
+
+    def episode_statuses(self, run_id: str) -> dict[str, int]:
+        """How many of the run's episodes have each status."""
+        rows = self.query("SELECT status, count(*) FROM episodes WHERE run_id = ? GROUP BY 1", [run_id])
+        return {str(status): int(count) for status, count in rows}
+
+    def finished_score_values(self, run_id: str, scenario: str) -> list[tuple[str, str, float]]:
+        """(metric, scored player, value) of every score of the scenario's finished episodes, calibrated
+        where calibrated, sorted by metric and player."""
+        rows = self.query(
+            "SELECT s.metric, s.player, coalesce(s.calibrated_value, s.value) FROM scores s "
+            "JOIN episodes e USING (episode_id) WHERE e.run_id = ? AND e.scenario = ? AND e.status = 'finished' "
+            "AND coalesce(s.calibrated_value, s.value) IS NOT NULL ORDER BY 1, 2",
+            [run_id, scenario],
+        )
+        return [(str(metric), str(player), float(value)) for metric, player, value in rows]
 
     def has_run(self, run_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))

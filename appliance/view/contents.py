@@ -26,6 +26,7 @@ from appliance.scenarios.registry import build_scenario_report, family_entry
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.export import TABLES
+from appliance.store.labels import calibration_rows
 from appliance.view.criteria import LabelCriterion, criteria_of_templates
 
 RESAMPLES = 1000
@@ -146,9 +147,7 @@ def collect_contents(
             raise ApplianceError(f"{store.path}: no run '{run_id}'")
     runs = [_run_summary(store, run_id) for run_id in run_ids]
     boards = [
-        _scenario_board(store, run_id, scenario, seed)
-        for run_id in run_ids
-        for scenario in store.run(run_id)["config"].get("scenarios", [])
+        _scenario_board(store, run_id, scenario, seed) for run_id in run_ids for scenario in store.run(run_id).scenarios
     ]
     comparison, note = None, ""
     if len(run_ids) == 2:
@@ -170,22 +169,18 @@ def collect_contents(
 
 def _run_summary(store: Store, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
-    config = run["config"]
-    players = [
-        str(p) for (p,) in store.query("SELECT DISTINCT player FROM episodes WHERE run_id = ? ORDER BY 1", [run_id])
-    ]
-    counts = dict(store.query("SELECT status, count(*) FROM episodes WHERE run_id = ? GROUP BY 1", [run_id]))
+    config = run.config
     return {
         "run_id": run_id,
-        "started_at": str(run["started_at"]),
-        "status": run["status"],
-        "seed": run["seed"],
-        "scenarios": config.get("scenarios", []),
-        "players": players,
+        "started_at": str(run.started_at),
+        "status": run.status,
+        "seed": run.seed,
+        "scenarios": run.scenarios,
+        "players": store.episode_players(run_id),
         "panel": config.get("panel", {}).get("name", ""),
         "judges": config.get("panel", {}).get("judges", []),
         "calibrations": config.get("calibrations", {}),
-        "episodes": {str(k): int(v) for k, v in counts.items()},
+        "episodes": store.episode_statuses(run_id),
     }
 
 
@@ -244,12 +239,7 @@ def _metric_boards(headline: Headline, seed: int) -> list[MetricBoard]:
 
 def _stored_scores(store: Store, run_id: str, scenario: str, seed: int) -> dict[str, list[Estimate]]:
     """Per metric, per scored model: the mean over finished episodes (calibrated where calibrated)."""
-    rows = store.query(
-        "SELECT s.metric, s.player, coalesce(s.calibrated_value, s.value) FROM scores s "
-        "JOIN episodes e USING (episode_id) WHERE e.run_id = ? AND e.scenario = ? AND e.status = 'finished' "
-        "AND coalesce(s.calibrated_value, s.value) IS NOT NULL ORDER BY 1, 2",
-        [run_id, scenario],
-    )
+    rows = store.finished_score_values(run_id, scenario)
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for metric, player, value in rows:
         values[str(metric)][str(player)].append(float(value))
@@ -310,10 +300,7 @@ def _calibrations(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, An
     for run in runs:
         for calibration_id in run["calibrations"].values():
             used[str(calibration_id)].append(run["run_id"])
-    rows = store.query(
-        "SELECT calibration_id, created_at, panel, label_set, criterion, template, model, metrics "
-        "FROM calibrations ORDER BY created_at"
-    )
+    rows = calibration_rows(store)
     return [
         {
             "calibration_id": calibration_id,

@@ -56,6 +56,7 @@ ENTRY = register_family(
         load=load,
         report=build_clem_report,
         render=print_clem_report,
+        limit_unit="episodes per game",
         quick_limit=1,
         default_limit=MIN_EPISODES_PER_ROW,
         importers=(

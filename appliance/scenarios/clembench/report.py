@@ -208,7 +208,7 @@ def failure_cause(error: str) -> str:
 
 def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ClemReport:
     """Rule-scored: `panel` is accepted for a uniform report signature and has no effect."""
-    status = str(store.run(run_id)["status"])
+    status = store.run(run_id).status
     results, failed = load_results(store, run_id, scenario)
     rows = []
     for player in sorted(set(results) | set(failed)):

@@ -24,6 +24,7 @@ ENTRY = register_family(
         load=load,
         report=build_deepeval_report,
         render=print_deepeval_report,
+        limit_unit="repetitions per task",
         quick_limit=1,
         quick_turns=2,
         order=40,

@@ -18,7 +18,8 @@ from pathlib import Path
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.templates import RatingTemplate, load_judge_template
-from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily, SupportRole
+from appliance.run_config import SupportRole
+from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
 from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, task_is_stable

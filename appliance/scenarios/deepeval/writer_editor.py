@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from statistics import mean
 
-from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.client import EpisodeFailed
+from appliance.episodes import EpisodeContext
 from appliance.judging.templates import RatingTemplate
 from appliance.judging.verdicts import ask_judge
 from appliance.store.records import ScoreRecord

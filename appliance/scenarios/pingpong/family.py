@@ -31,7 +31,8 @@ from appliance.judging.templates import (
     load_likert_template,
     render,
 )
-from appliance.scenarios.base import Instance, JudgedFamily, SupportRole
+from appliance.run_config import SupportRole
+from appliance.scenarios.base import Instance, JudgedFamily
 from appliance.scenarios.pingpong.judging import (
     JUDGING_FILE,
     JudgingSettings,

@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from appliance.client import EpisodeFailed
 from appliance.engine.types import Message, Sampling
-from appliance.episodes import EpisodeContext, EpisodeFailed
+from appliance.episodes import EpisodeContext
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ScoringTemplate
 from appliance.judging.templates import ConversationTemplate, LikertTemplate, render
@@ -141,7 +142,9 @@ async def judge_turn_likelihood(
 
     async def one(judge: str, target: int, shown: dict[str, str]) -> None:
         try:
-            features: dict[str, float] | None = await scoring_features(ctx, template, shown, judge, f"lik-{target}")
+            features: dict[str, float] | None = await scoring_features(
+                ctx.client, template, shown, judge, f"lik-{target}"
+            )
             raw = json.dumps(features)
         except EpisodeFailed as error:  # the conversation does not fit this judge: no features
             features, raw = None, f"judge context overflow: {error}"

@@ -49,6 +49,7 @@ ENTRY = register_family(
         load=load,
         report=build_consistency_report,
         render=print_consistency,
+        limit_unit="profiles per character",
         quick_limit=1,
         importers=(
             Importer(

@@ -121,7 +121,7 @@ def scripts_of_run(store: Store, run_id: str) -> list[TestScript]:
     This reuse is SimulBench's point: dialogues are collected once with a fixed simulator, and
     new models are evaluated on the same scripts later.
     """
-    scenarios = [str(name) for name in store.run(run_id)["config"].get("scenarios", [])]
+    scenarios = store.run(run_id).scenarios
     extracted = [
         episode
         for scenario in scenarios

@@ -17,11 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from appliance.client import EpisodeFailed
 from appliance.engine.types import Message, Sampling
-from appliance.episodes import EpisodeContext, EpisodeFailed, pair_label
+from appliance.episodes import EpisodeContext, pair_label
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
-from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, SupportRole
+from appliance.run_config import SupportRole
+from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scenarios.simulbench.scripts import (
     DialogueTurn,
     TestScript,

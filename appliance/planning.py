@@ -1,0 +1,97 @@
+"""Run planning: what the user asked for, turned into the `RunConfig` a run stores and plays.
+
+The policy lives here, not in the CLI: defaults from the catalog (players, interrogator,
+simulator), the quick suite (`appliance run` with no --scenario, --limit or --all: every family at
+its own quick limit and turn cap), each family's own default limit, and the panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.catalog import Catalog
+from appliance.errors import ApplianceError
+from appliance.judging.panels import get_panel
+from appliance.paths import judges_dir
+from appliance.run_config import RunConfig
+from appliance.scenarios.registry import FamilyEntry
+
+#: instances per scenario when one is named without --limit or --all and the family has no default
+DEFAULT_LIMIT = 6
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run as asked for (the flags of `appliance run`); empty means "the default"."""
+
+    scenarios: list[str] = field(default_factory=list)
+    players: list[str] = field(default_factory=list)
+    interrogator: str | None = None
+    simulator: str | None = None
+    turns: int | None = None
+    panel: str = "default"
+    seed: int = 0
+    limit: int | None = None
+    all_instances: bool = False
+    parallel: int = 8
+    cross_play: bool = False
+    exclude_self_judging: bool = False
+    unsafe_code_execution: bool = False
+
+    @property
+    def quick(self) -> bool:
+        """No scenario, limit or --all named: the quick suite."""
+        return not self.scenarios and self.limit is None and not self.all_instances
+
+
+def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEntry[Any]]) -> RunConfig:
+    """The config of a new run of `request` over the registered `families`."""
+    players = request.players or catalog.defaults.players
+    if not players:
+        raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
+    quick = request.quick
+    if request.limit is not None or request.all_instances:
+        limits: dict[str, int] = {}
+    elif quick:
+        limits = {entry.name: entry.quick_limit for entry in families}
+    else:
+        limits = {entry.name: entry.default_limit for entry in families if entry.default_limit is not None}
+    turn_caps = (
+        {entry.name: entry.quick_turns for entry in families if entry.quick_turns is not None}
+        if quick and request.turns is None
+        else {}
+    )
+    config = RunConfig(
+        scenarios=request.scenarios or [entry.name for entry in families],
+        players=players,
+        interrogator=request.interrogator or catalog.defaults.interrogator or players[0],
+        panel=get_panel(judges_dir() / "panels.toml", request.panel),
+        seed=request.seed,
+        limit=None if request.all_instances else (request.limit or DEFAULT_LIMIT),
+        limits=limits,
+        quick=quick,
+        turn_caps=turn_caps,
+        parallel=request.parallel,
+        models_file=str(catalog.source),
+        cross_play=request.cross_play,
+        exclude_self_judging=request.exclude_self_judging,
+        simulator=request.simulator or catalog.defaults.simulator,
+        turns=request.turns,
+        unsafe_code_execution=request.unsafe_code_execution,
+    )
+    for name in config.role_models():
+        catalog.get(name)  # an unknown model is refused before anything is loaded
+    return config
+
+
+def quick_suite_note(config: RunConfig, families: Sequence[FamilyEntry[Any]]) -> str:
+    """What the quick suite shortened, in each family's own unit (episodes per game, ...)."""
+    units = {entry.name: entry.limit_unit for entry in families}
+    shown = ", ".join(f"{name} {count} {units.get(name, 'instances')}" for name, count in config.limits.items())
+    capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
+    return (
+        f"Quick suite, shortened: {shown}; turns (rounds) capped: {capped}. "
+        "Name --scenario, --limit, --turns or --all for the methods' own sizes."
+    )

@@ -1,0 +1,97 @@
+"""The model pool: the models a job needs, loaded once, and one scheduler that batches them.
+
+Runs, rescoring, calibration and the bench all work the same way: open the backends (a failed load
+closes those already open), play many pieces of work at once, each under a limit on how many are
+live and all through one scheduler so that their requests share decode steps, hand each result on
+as it finishes, and close the backends at the end or on an interrupt. That lifecycle is written
+here once. The pool knows nothing of the store or the CLI, so a remote worker can hold one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import TypeVar
+
+from appliance.catalog import Catalog
+from appliance.engine.backend import Backend, BackendCounters
+from appliance.engine.factory import open_backend
+from appliance.roles import BackendFactory
+from appliance.scheduler import Scheduler
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+#: one piece of work: an item played through the scheduler of the `play` in progress (its clients and
+#: episode contexts are built on it)
+Work = Callable[[ItemT, Scheduler], Awaitable[ResultT]]
+
+
+class ModelPool:
+    """Backends by model name, the concurrency limit, and `play`; use it as a context manager."""
+
+    def __init__(self, backends: Mapping[str, Backend], *, parallel: int) -> None:
+        self.backends = dict(backends)
+        self.parallel = parallel
+
+    @classmethod
+    def load(
+        cls,
+        catalog: Catalog,
+        names: Iterable[str],
+        *,
+        parallel: int,
+        backend_factory: BackendFactory = open_backend,
+    ) -> ModelPool:
+        """Open every named model (once each, in order); a model that fails to load closes the others."""
+        backends: dict[str, Backend] = {}
+        try:
+            for name in dict.fromkeys(names):
+                backends[name] = backend_factory(catalog, catalog.get(name), parallel=parallel)
+        except BaseException:
+            for backend in backends.values():
+                backend.close()
+            raise
+        return cls(backends, parallel=parallel)
+
+    def play(
+        self,
+        items: Sequence[ItemT],
+        work: Work[ItemT, ResultT],
+        on_result: Callable[[ItemT, ResultT], None] | None = None,
+    ) -> list[ResultT]:
+        """`work(item, scheduler)` for every item, at most `parallel` live at once, all batched by one
+        scheduler; `on_result` runs as each finishes, outside the limit (a store write holds no slot)."""
+
+        async def play_all() -> list[ResultT]:
+            scheduler = Scheduler(self.backends)
+            limiter = asyncio.Semaphore(self.parallel)
+
+            async def one(item: ItemT) -> ResultT:
+                async with limiter:
+                    result = await work(item, scheduler)
+                if on_result is not None:
+                    on_result(item, result)
+                return result
+
+            gathered = asyncio.gather(*(one(item) for item in items))
+            await scheduler.drive(gathered)
+            return list(await gathered)
+
+        return asyncio.run(play_all())
+
+    def counters(self) -> list[BackendCounters]:
+        return [backend.counters for backend in self.backends.values()]
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()
+        self.backends.clear()
+
+    def __enter__(self) -> ModelPool:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,63 @@
+"""A run's configuration: everything that decides what a run does, stored with the run."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.judging.panels import Panel
+
+#: roles other than "player", "partner" and the judges that a family may need a model for
+SupportRole = Literal["interrogator", "user_agent", "simulator"]
+
+
+class RunConfig(BaseModel):
+    """Everything that decides what a run does; stored with the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenarios: list[str]
+    players: list[str] = Field(min_length=1)
+    interrogator: str
+    panel: Panel
+    seed: int = 0
+    limit: int | None = Field(default=None, ge=1)
+    #: per-family instance limits (the quick suite's, or a family's own default); a family not named here
+    #: uses `limit`
+    limits: dict[str, int] = Field(default_factory=dict)
+    #: the quick suite (`appliance run` with no --scenario): its limits and turn caps shorten the methods
+    quick: bool = False
+    #: per-family turn caps (the quick suite's); a family not named here uses `turns`
+    turn_caps: dict[str, int] = Field(default_factory=dict)
+    parallel: int = Field(default=8, ge=1)
+    models_file: str
+    greedy: bool = False
+    turns: int | None = Field(default=None, ge=1)
+    #: two-player games also pair every player with every other one, in both roles
+    cross_play: bool = False
+    #: a judge's verdicts on its own model's outputs are left out (families that rate players' outputs)
+    exclude_self_judging: bool = False
+    #: the fixed model that answers SimulBench's user agent while dialogues are collected (required for SimulBench)
+    simulator: str | None = None
+    #: model-written code may run without kernel isolation (--unsafe-code-execution; reports say so)
+    unsafe_code_execution: bool = False
+    #: family -> calibration id applied to its verdicts (chosen when the run starts)
+    calibrations: dict[str, str] = Field(default_factory=dict)
+    #: family -> the settings it played with (set when the run starts; its report reads them)
+    family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def support_models(self) -> dict[SupportRole, str]:
+        """The model bound to each support role. The user agent is the run's model playing the user.
+
+        SimulBench's simulator is a fixed model named by the run (or models.toml), never a player by
+        default: it is absent here until one is named.
+        """
+        roles: dict[SupportRole, str] = {"interrogator": self.interrogator, "user_agent": self.interrogator}
+        if self.simulator is not None:
+            roles["simulator"] = self.simulator
+        return roles
+
+    def role_models(self) -> list[str]:
+        """Every model the config names for a role: players, support roles and judges."""
+        return [*self.players, *self.support_models().values(), *self.panel.judges]
