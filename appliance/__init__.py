@@ -1,106 +1,87 @@
 """Offline LLM evaluation appliance.
 
-Data flow: runner -> episodes -> scheduler -> backends -> store. The public
-API below is what scenario authors and scripts use; the CLI is built on it.
+Data flow: CLI -> plan -> runner -> pool (scheduler -> backends) -> store. The names below are the
+authoring API, what a family, judge or backend author uses; each is imported from its module on
+first use, so `import appliance` (or any one module of it) loads nothing else and no family.
 """
 
-from appliance.calibration.features import FeatureCalibration, fit_feature_calibration
-from appliance.calibration.pipeline import CalibrationRequest, run_calibration
-from appliance.catalog import Catalog, ModelSpec, load_catalog
-from appliance.client import EpisodeFailed, RoleBinding
-from appliance.engine.backend import Backend, BackendCounters
-from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.synthetic import SyntheticShape
-from appliance.engine.types import (
-    Completion,
-    GenerationRequest,
-    Message,
-    ResolvedSampling,
-    Sampling,
-    ScoringRequest,
-    TokenScores,
-)
-from appliance.episodes import EpisodeContext
-from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel, load_panels
-from appliance.judging.scoring import scoring_features
-from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
-from appliance.judging.templates import (
-    JudgeTemplate,
-    LikertTemplate,
-    PairwiseTemplate,
-    RatingTemplate,
-    YesNoTemplate,
-    load_judge_template,
-)
-from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
-from appliance.labels import LabelSet, read_labels
-from appliance.rescoring import rescore_run
-from appliance.roles import BackendFactory, bind_role
-from appliance.run_config import RunConfig
-from appliance.runner import Runner, RunSummary
-from appliance.scenarios import (
-    Family,
-    FamilyEntry,
-    GenerateRequest,
-    Importer,
-    ImportRequest,
-    Instance,
-    JudgedFamily,
-    LoadRequest,
-    ScenarioFamily,
-    ScenarioReport,
-    StagedFamily,
-    build_scenario_report,
-    family_entry,
-    family_names,
-    load_family,
-    register_family,
-)
-from appliance.scenarios.base import RULE_SCORER
-from appliance.scenarios.clembench.family import ClembenchFamily
-from appliance.scenarios.clembench.games import Game, register_game
-from appliance.scenarios.clembench.master import GameTable, Outcome, Seat
-from appliance.scenarios.clembench.report import ClemReport, build_clem_report
-from appliance.scenarios.deepeval.family import DeepEvalFamily
-from appliance.scenarios.deepeval.referee import Referee
-from appliance.scenarios.deepeval.report import DeepEvalReport, build_deepeval_report
-from appliance.scenarios.pingpong.family import PingPongFamily
-from appliance.scenarios.pingpong.report import PingPongLeaderboard, build_leaderboard
-from appliance.scenarios.simulatebench.family import SimulateBenchFamily
-from appliance.scenarios.simulatebench.report import ConsistencyReport, build_consistency_report
-from appliance.scenarios.simulbench.family import SimulBenchFamily
-from appliance.scenarios.simulbench.report import SimulBenchReport, build_simulbench_report
-from appliance.scenarios.simulbench.scripts import TestScript
-from appliance.scheduler import Scheduler
-from appliance.store import Store
-from appliance.store.run_view import RunView
-from appliance.view import build_view
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "ApplianceError": "appliance.errors",
+    "Backend": "appliance.engine.backend",
+    "BackendCounters": "appliance.engine.backend",
+    "Completion": "appliance.engine.types",
+    "GenerationRequest": "appliance.engine.types",
+    "Message": "appliance.engine.types",
+    "ResolvedSampling": "appliance.engine.types",
+    "Sampling": "appliance.engine.types",
+    "ScoringRequest": "appliance.engine.types",
+    "TokenScores": "appliance.engine.types",
+    "ScriptedBackend": "appliance.engine.scripted",
+    "Catalog": "appliance.catalog",
+    "ModelSpec": "appliance.catalog",
+    "load_catalog": "appliance.catalog",
+    "ModelClient": "appliance.client",
+    "RoleBinding": "appliance.client",
+    "EpisodeFailed": "appliance.client",
+    "EpisodeContext": "appliance.episodes",
+    "EpisodeKey": "appliance.episodes",
+    "ModelPool": "appliance.pool",
+    "RunConfig": "appliance.run_config",
+    "RunRequest": "appliance.planning",
+    "plan_run": "appliance.planning",
+    "Runner": "appliance.runner",
+    "RunSummary": "appliance.runner",
+    "Instance": "appliance.scenarios.base",
+    "ScenarioFamily": "appliance.scenarios.base",
+    "JudgedFamily": "appliance.scenarios.base",
+    "StagedFamily": "appliance.scenarios.base",
+    "Family": "appliance.scenarios.base",
+    "RULE_SCORER": "appliance.scenarios.base",
+    "ScenarioSpec": "appliance.scenarios.spec",
+    "FamilyEntry": "appliance.scenarios.registry",
+    "LoadRequest": "appliance.scenarios.registry",
+    "Importer": "appliance.scenarios.registry",
+    "ImportRequest": "appliance.scenarios.registry",
+    "GenerateRequest": "appliance.scenarios.registry",
+    "register_family": "appliance.scenarios.registry",
+    "load_family": "appliance.scenarios.registry",
+    "RunView": "appliance.store.run_view",
+    "Store": "appliance.store.store",
+    "Panel": "appliance.judging.panels",
+    "JudgeTemplate": "appliance.judging.templates",
+    "RatingTemplate": "appliance.judging.templates",
+    "LikertTemplate": "appliance.judging.templates",
+    "PairwiseTemplate": "appliance.judging.templates",
+    "YesNoTemplate": "appliance.judging.templates",
+    "load_judge_template": "appliance.judging.templates",
+    "ask_judge": "appliance.judging.verdicts",
+    "judge_pair": "appliance.judging.verdicts",
+    "scoring_features": "appliance.judging.scoring",
+    "SandboxLimits": "appliance.sandbox.limits",
+    "TestCase": "appliance.sandbox.cases",
+    "run_tests": "appliance.sandbox.run",
+}
 
 __all__ = [
     "RULE_SCORER",
     "ApplianceError",
     "Backend",
     "BackendCounters",
-    "BackendFactory",
-    "CalibrationRequest",
     "Catalog",
-    "ClemReport",
-    "ClembenchFamily",
     "Completion",
-    "ConsistencyReport",
-    "DeepEvalFamily",
-    "DeepEvalReport",
     "EpisodeContext",
     "EpisodeFailed",
-    "ExpectedScoreTemplate",
+    "EpisodeKey",
     "Family",
     "FamilyEntry",
-    "FeatureCalibration",
-    "Game",
-    "GameTable",
     "GenerateRequest",
     "GenerationRequest",
     "ImportRequest",
@@ -108,63 +89,102 @@ __all__ = [
     "Instance",
     "JudgeTemplate",
     "JudgedFamily",
-    "LabelSet",
-    "LikelihoodTemplate",
     "LikertTemplate",
     "LoadRequest",
     "Message",
+    "ModelClient",
+    "ModelPool",
     "ModelSpec",
-    "Outcome",
-    "PairVerdict",
     "PairwiseTemplate",
     "Panel",
-    "PingPongFamily",
-    "PingPongLeaderboard",
     "RatingTemplate",
-    "Referee",
     "ResolvedSampling",
     "RoleBinding",
     "RunConfig",
+    "RunRequest",
     "RunSummary",
     "RunView",
     "Runner",
     "Sampling",
+    "SandboxLimits",
     "ScenarioFamily",
-    "ScenarioReport",
-    "Scheduler",
+    "ScenarioSpec",
     "ScoringRequest",
     "ScriptedBackend",
-    "Seat",
-    "SimulBenchFamily",
-    "SimulBenchReport",
-    "SimulateBenchFamily",
     "StagedFamily",
     "Store",
-    "SyntheticShape",
-    "TestScript",
+    "TestCase",
     "TokenScores",
     "YesNoTemplate",
     "ask_judge",
-    "bind_role",
-    "build_clem_report",
-    "build_consistency_report",
-    "build_deepeval_report",
-    "build_leaderboard",
-    "build_scenario_report",
-    "build_simulbench_report",
-    "build_view",
-    "family_entry",
-    "family_names",
-    "fit_feature_calibration",
     "judge_pair",
     "load_catalog",
     "load_family",
     "load_judge_template",
-    "load_panels",
-    "read_labels",
+    "plan_run",
     "register_family",
-    "register_game",
-    "rescore_run",
-    "run_calibration",
+    "run_tests",
     "scoring_features",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'appliance' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from appliance.catalog import Catalog, ModelSpec, load_catalog
+    from appliance.client import EpisodeFailed, ModelClient, RoleBinding
+    from appliance.engine.backend import Backend, BackendCounters
+    from appliance.engine.scripted import ScriptedBackend
+    from appliance.engine.types import (
+        Completion,
+        GenerationRequest,
+        Message,
+        ResolvedSampling,
+        Sampling,
+        ScoringRequest,
+        TokenScores,
+    )
+    from appliance.episodes import EpisodeContext, EpisodeKey
+    from appliance.errors import ApplianceError
+    from appliance.judging.panels import Panel
+    from appliance.judging.scoring import scoring_features
+    from appliance.judging.templates import (
+        JudgeTemplate,
+        LikertTemplate,
+        PairwiseTemplate,
+        RatingTemplate,
+        YesNoTemplate,
+        load_judge_template,
+    )
+    from appliance.judging.verdicts import ask_judge, judge_pair
+    from appliance.planning import RunRequest, plan_run
+    from appliance.pool import ModelPool
+    from appliance.run_config import RunConfig
+    from appliance.runner import Runner, RunSummary
+    from appliance.sandbox.cases import TestCase
+    from appliance.sandbox.limits import SandboxLimits
+    from appliance.sandbox.run import run_tests
+    from appliance.scenarios.base import RULE_SCORER, Family, Instance, JudgedFamily, ScenarioFamily, StagedFamily
+    from appliance.scenarios.registry import (
+        FamilyEntry,
+        GenerateRequest,
+        Importer,
+        ImportRequest,
+        LoadRequest,
+        load_family,
+        register_family,
+    )
+    from appliance.scenarios.spec import ScenarioSpec
+    from appliance.store.run_view import RunView
+    from appliance.store.store import Store

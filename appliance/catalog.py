@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from appliance.engine.registry import backend_names
 from appliance.engine.synthetic import SyntheticShape, resolve_shape
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
@@ -89,8 +90,6 @@ class ModelSpec(BaseModel):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, name: str) -> str:
-        from appliance.engine.registry import backend_names  # backends import this module
-
         if name not in backend_names():
             raise ValueError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
         return name

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from appliance.client import ModelClient, RoleBinding
-from appliance.engine.types import Completion, Message, Sampling, TokenScores
+from appliance.engine.types import Completion, Message, Sampling
 from appliance.scheduler import Scheduler
 from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
 
@@ -122,21 +122,6 @@ class EpisodeContext:
         if record:
             self.record_message(role, self.client.binding(role, model).model, completion)
         return completion
-
-    async def score(
-        self,
-        role: str,
-        prompt: str | Sequence[Message],
-        *,
-        continuation: str = "",
-        choices: tuple[str, ...] = (),
-        model: str | None = None,
-        conversation: str | None = None,
-    ) -> TokenScores:
-        """The client's `score`; nothing is recorded."""
-        return await self.client.score(
-            role, prompt, continuation=continuation, choices=choices, model=model, conversation=conversation
-        )
 
     def record_note(self, speaker: str, text: str) -> None:
         """A message no model wrote (e.g. a game master's prompt), so the transcript shows both sides."""

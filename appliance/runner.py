@@ -31,6 +31,7 @@ from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily
+from appliance.scenarios.spec import family_of
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
@@ -84,7 +85,7 @@ def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
 
 def _registered_name(family: ScenarioFamily) -> str:
     """`pingpong` for a stage named `pingpong:imported/pingpong`: per-family settings are keyed by it."""
-    return family.name.partition(":")[0]
+    return family_of(family.name)
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:

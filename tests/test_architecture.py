@@ -150,7 +150,7 @@ def test_no_module_imports_a_layer_above_it() -> None:
         for layer, above in LAYERS.items()
         if module.startswith(layer)
         for target in targets
-        if any(target.startswith(higher) for higher in above)
+        if any(target == higher or target.startswith(higher + ".") for higher in above)
     ]
     assert upward == []
 
@@ -237,3 +237,123 @@ def test_a_new_backend_is_one_registered_opener(monkeypatch: pytest.MonkeyPatch,
     backend = open_backend(catalog, catalog.get("e"), parallel=1)
     assert isinstance(backend, ScriptedBackend) and backend.name == "e"
     assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
+
+
+def every_import_graph() -> dict[str, set[str]]:
+    """Module -> the appliance modules it imports anywhere: at module level, in functions, for typing."""
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                module = node.module
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in node.names]
+            else:
+                continue
+            graph[name] |= {target for target in targets if target in known and target != name}
+    return graph
+
+
+def test_no_cycle_even_through_imports_inside_functions_or_for_typing() -> None:
+    assert cycles(every_import_graph()) == []
+
+
+#: where ":" may be split: the scenario spec's parser, and /proc/cpuinfo's "key: value" lines
+SPLITTING_ALLOWED = {"appliance/scenarios/spec.py", "appliance/bench/machine.py"}
+
+
+def test_scenario_specs_and_episode_ids_are_parsed_in_one_place() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("partition", "rpartition", "split", "rsplit")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == ":"
+                and relative not in SPLITTING_ALLOWED
+            ):
+                offenders.append(f"{relative}:{node.lineno}")
+    assert offenders == []
+
+
+def test_no_sql_text_outside_the_store() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "store":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_one_pool_builds_schedulers() -> None:
+    """The model-session lifecycle is written once: only the pool constructs a scheduler."""
+    builders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Scheduler":
+                builders.append(str(path.relative_to(REPO)))
+    assert builders == ["appliance/pool.py"]
+
+
+IMPORTED = "import sys; {statement}; print(sorted(m for m in sys.modules if m.startswith('appliance')))"
+
+
+def loaded_after(statement: str) -> list[str]:
+    command = [sys.executable, "-c", IMPORTED.format(statement=statement)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
+    loaded: list[str] = json.loads(result.stdout.replace("'", '"'))
+    return loaded
+
+
+def test_the_package_face_is_lazy_and_imports_no_family() -> None:
+    assert loaded_after("import appliance") == ["appliance"]
+    assert loaded_after("import appliance.errors") == ["appliance", "appliance.errors"]
+    import appliance
+
+    exports = appliance._EXPORTS
+    assert sorted(appliance.__all__) == sorted(exports)
+    for name, module in exports.items():  # every name resolves, to the object its module defines
+        assert getattr(appliance, name) is getattr(__import__(module, fromlist=[name]), name), name
+    authoring = loaded_after("import appliance; appliance.ScenarioFamily; appliance.EpisodeContext")
+    families = {path.name for path in (PACKAGE / "scenarios").iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert not [m for m in authoring if m.split(".")[2:3] and m.split(".")[2] in families]
+
+
+OBSERVED = """
+import os, runpy, sys
+OFFLINE = "HF_HUB_OFFLINE"
+seen = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("appliance"):
+            seen.append((name, os.environ.get(OFFLINE) == "1"))
+        return None
+
+os.environ.pop(OFFLINE, None)
+sys.meta_path.insert(0, Watch())
+sys.argv = ["appliance", "--help"]
+try:
+    runpy.run_module("appliance", run_name="__main__")
+except SystemExit:
+    pass
+print(repr(seen))
+"""
+
+
+def test_offline_is_enforced_before_the_package_loads_anything_else() -> None:
+    """Observed, not assumed: every appliance module the CLI imports starts after the variables are set,
+    except the entry itself and the module that sets them."""
+    result = subprocess.run([sys.executable, "-c", OBSERVED], capture_output=True, text=True, cwd=REPO, timeout=120)
+    seen: list[tuple[str, bool]] = eval(result.stdout.strip().splitlines()[-1])
+    before = list(dict.fromkeys(name for name, offline in seen if not offline))
+    assert before == ["appliance", "appliance.__main__", "appliance.offline"], before
+    assert len(seen) > 20 and all(offline for name, offline in seen if name not in before)

@@ -185,8 +185,6 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
             store.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [lost])
         store.connection.execute("UPDATE runs SET status = 'interrupted'")
     catalog = load_catalog(REPO / "models.toml")
-    family = PingPongFamily.load(tmp_path / "pingpong", REPO / "judges")
-    config = store.run(run_id).run_config()
     played: list[str] = []
 
     factory = scripted_factory(lambda model, request: _responder(request))

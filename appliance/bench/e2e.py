@@ -160,18 +160,7 @@ def _arm(
         started = time.perf_counter()
         summary = Runner(catalog, store, backend_factory=factory).execute(config, [family])
         wall = time.perf_counter() - started
-        rows = store.query(
-            "SELECT split_part(episode_id, ':', 3) || ':' || split_part(episode_id, ':', 4), idx, text "
-            "FROM messages ORDER BY 1, 2"
-        )
-        verdicts = store.query(
-            "SELECT split_part(episode_id, ':', 3) || ':' || split_part(episode_id, ':', 4), target_idx, "
-            "judge || '/' || criterion || '/' || coalesce(raw_text, '') || '/' || coalesce(score::VARCHAR, '') "
-            "FROM judgments ORDER BY 1, 2, 3"
-        )
-    transcript = [(str(a), int(b), str(c)) for a, b, c in rows] + [
-        (f"{a}/verdict", int(b), str(c)) for a, b, c in verdicts
-    ]
+        transcript = store.run_transcript(summary.run_id)
     counters = [recorder.counters for recorder in recorders]
     episodes = summary.episodes_finished
     result = ArmResult(

@@ -19,6 +19,7 @@ from appliance.compare.paired import paired_difference
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.headline import Headline, Unit
 from appliance.scenarios.registry import family_entry
+from appliance.scenarios.spec import family_of
 from appliance.store import Store
 from appliance.tomlfile import read_toml
 
@@ -132,7 +133,7 @@ def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tu
     base_config, candidate_config = store.run(base_run).config, store.run(candidate_run).config
     found = []
     for scenario in [s for s in base_config.get("scenarios", []) if s in candidate_config.get("scenarios", [])]:
-        entry = family_entry(scenario.partition(":")[0])
+        entry = family_entry(family_of(scenario))
         if entry.headline is not None:
             found.append(
                 (
@@ -157,7 +158,7 @@ def _compare_players(
     base_units = {u.key: u for u in base.units if u.player == base_player}
     candidate_units = {u.key: u for u in candidate.units if u.player == candidate_player}
     shared = sorted(set(base_units) & set(candidate_units))
-    family = scenario.partition(":")[0]
+    family = family_of(scenario)
     rows = []
     for metric in base.metrics:
         difference = paired_difference(

@@ -9,16 +9,15 @@ names costs nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from appliance.engine.backend import Backend
 from appliance.plugins import Registry, import_submodules
 
-if TYPE_CHECKING:
-    from appliance.catalog import Catalog, ModelSpec
-
-#: (catalog, the model's entry, episodes live at once) -> a loaded backend
-BackendOpener = Callable[["Catalog", "ModelSpec", int], Backend]
+#: (catalog, the model's entry, episodes live at once) -> a loaded backend. Typed loosely here, so that
+#: the catalog (which checks backend names) can import this module; `factory.open_backend` is the typed call.
+BackendOpener = Callable[..., Backend]
+OpenerT = TypeVar("OpenerT", bound=BackendOpener)
 MODULE_SUFFIX = "_backend"
 
 BACKENDS: Registry[BackendOpener] = Registry(
@@ -26,9 +25,14 @@ BACKENDS: Registry[BackendOpener] = Registry(
 )
 
 
-def register_backend(name: str) -> Callable[[BackendOpener], BackendOpener]:
+def register_backend(name: str) -> Callable[[OpenerT], OpenerT]:
     """Decorate a backend module's opener: `@register_backend("llama_cpp")`."""
-    return lambda opener: BACKENDS.add(name, opener)
+
+    def register(opener: OpenerT) -> OpenerT:
+        BACKENDS.add(name, opener)
+        return opener
+
+    return register
 
 
 def backend_names() -> list[str]:

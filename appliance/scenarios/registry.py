@@ -26,6 +26,7 @@ from appliance.headline import Headline
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.plugins import Registry, import_submodules
 from appliance.scenarios.base import Family
+from appliance.scenarios.spec import ScenarioSpec, family_of
 from appliance.store import Store
 
 ReportT = TypeVar("ReportT", bound=BaseModel)
@@ -157,7 +158,7 @@ def family_names() -> list[str]:
 
 def family_entry(spec: str) -> FamilyEntry[Any]:
     """The entry of `NAME` or `NAME:SOURCE`."""
-    name = spec.partition(":")[0]
+    name = family_of(spec)
     return FAMILIES.get(name, f"unknown scenario '{name}'")
 
 
@@ -170,11 +171,11 @@ def load_family(
     store: Store | None = None,
 ) -> Family:
     """`NAME` uses the family's own data; `NAME:SOURCE` another source (a folder, a file, a stored set)."""
-    entry = family_entry(spec)
+    parsed = ScenarioSpec.parse(spec)
+    entry = FAMILIES.get(parsed.name, f"unknown scenario '{parsed.name}'")
     folder = scenarios_root / entry.name if scenarios_root is not None else entry.folder()
-    _, _, source = spec.partition(":")
-    request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store)
-    with reading(source or folder):
+    request = LoadRequest(spec, parsed.source, folder, judges_root or judges_dir(), seed, store)
+    with reading(parsed.source or folder):
         family = entry.load(request)
         for stage in family.stages():
             stage.instances()  # lazily read data fails here, not halfway through a run

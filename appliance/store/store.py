@@ -428,6 +428,24 @@ class Store:
         )
         return [(str(metric), str(player), float(value)) for metric, player, value in rows]
 
+    def run_transcript(self, run_id: str) -> list[tuple[str, int, str]]:
+        """Every message and verdict of a run as (instance:player, index, text), the same for any run
+        that played the same episodes: benchmarks compare their arms with it."""
+        messages = self.query(
+            "SELECT e.instance_id || ':' || e.player, m.idx, m.text FROM messages m JOIN episodes e "
+            "USING (episode_id) WHERE e.run_id = ? ORDER BY 1, 2",
+            [run_id],
+        )
+        verdicts = self.query(
+            "SELECT e.instance_id || ':' || e.player, j.target_idx, j.judge || '/' || j.criterion || '/' || "
+            "coalesce(j.raw_text, '') || '/' || coalesce(j.score::VARCHAR, '') FROM judgments j JOIN episodes e "
+            "USING (episode_id) WHERE e.run_id = ? ORDER BY 1, 2, 3",
+            [run_id],
+        )
+        return [(str(a), int(b), str(c)) for a, b, c in messages] + [
+            (f"{a}/verdict", int(b), str(c)) for a, b, c in verdicts
+        ]
+
     def has_run(self, run_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM runs WHERE run_id = ?", [run_id]))
 

@@ -23,6 +23,7 @@ from appliance.compare.gate import Thresholds, compare_runs, player_pairs, share
 from appliance.errors import ApplianceError
 from appliance.headline import Headline, Statistic, Unit
 from appliance.scenarios.registry import build_scenario_report, family_entry
+from appliance.scenarios.spec import family_of
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.export import TABLES
@@ -205,7 +206,7 @@ def _estimate(label: str, units: Sequence[Unit], statistic: Statistic, seed: int
 
 
 def _scenario_board(store: Store, run_id: str, scenario: str, seed: int) -> ScenarioBoard:
-    entry = family_entry(scenario.partition(":")[0])
+    entry = family_entry(family_of(scenario))
     metrics: list[MetricBoard] = []
     if entry.headline is not None:
         metrics = _metric_boards(entry.headline(store, run_id, scenario, None), seed)
@@ -288,7 +289,7 @@ def _instance_deltas(
             deltas.append(InstanceDelta(key, b, c, None if b is None or c is None else c - b))
         found.append(
             MetricDeltas(
-                scenario.partition(":")[0], metric.name, base_player, candidate_player, metric.higher_is_better, deltas
+                family_of(scenario), metric.name, base_player, candidate_player, metric.higher_is_better, deltas
             )
         )
     return found

@@ -25,7 +25,7 @@ from appliance.store import Store
 
 
 def load(request: LoadRequest) -> ClembenchFamily:
-    return load_clembench(request.spec, request.data_folder, seed=request.seed, store=request.store)
+    return load_clembench(request.spec, request.source, request.data_folder, seed=request.seed, store=request.store)
 
 
 def import_instances(request: ImportRequest) -> list[str]:

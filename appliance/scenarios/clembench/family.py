@@ -85,10 +85,9 @@ class ClembenchFamily(ScenarioFamily):
         ctx.metadata["turn_scores"] = outcome.turn_scores
 
 
-def load_clembench(spec: str, data_folder: Path, *, seed: int, store: Store | None) -> ClembenchFamily:
+def load_clembench(spec: str, source: str, data_folder: Path, *, seed: int, store: Store | None) -> ClembenchFamily:
     """`clembench` (fresh from `seed`), or `clembench:SOURCE` where SOURCE is an instance-set file,
     a published instances.json (or a folder of them), or the name of a set stored in `store`."""
-    _, _, source = spec.partition(":")
     if not source:
         return ClembenchFamily(generate_instance_set(data_folder, seed), data_folder, spec)
     path = Path(source)

@@ -24,7 +24,7 @@ def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | Non
         task = task_of(score.instance_id)
         role = payoff_metrics.get((task, score.metric))
         if role is not None:
-            episode = score.episode_id.split(":", 1)[1]  # "<run>:<family>:<instance>:<pairing>" less the run
+            episode = score.episode_id.removeprefix(f"{run.run_id}:")  # the episode's identity across runs
             values.setdefault((episode, score.player), {})[f"{task}.{role}"] = score.value
     units = [Unit(key=episode, player=player, values=own) for (episode, player), own in values.items()]
     names = sorted({f"{task}.{role}" for (task, _), role in payoff_metrics.items()})

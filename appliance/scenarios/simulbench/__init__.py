@@ -17,7 +17,9 @@ from appliance.store.instance_sets import write_instance_set
 
 
 def load(request: LoadRequest) -> SimulBenchFamily:
-    return load_simulbench(request.spec, request.data_folder, request.judges_folder, store=request.store)
+    return load_simulbench(
+        request.spec, request.source, request.data_folder, request.judges_folder, store=request.store
+    )
 
 
 def _store_set(request: ImportRequest, name: str, count: int, payload: dict[str, Any], what: str) -> list[str]:

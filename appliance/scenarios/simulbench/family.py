@@ -31,6 +31,7 @@ from appliance.scenarios.simulbench.tasks import (
     read_published_tasks,
 )
 from appliance.scenarios.simulbench.user_agent import SimulBenchSettings
+from appliance.scenarios.spec import family_of
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 from appliance.store.run_view import RunView
@@ -80,10 +81,11 @@ def _as(template: JudgeTemplate, kind: type[TemplateT]) -> TemplateT:
     return template
 
 
-def load_simulbench(spec: str, data_folder: Path, judges_folder: Path, *, store: Store | None) -> SimulBenchFamily:
+def load_simulbench(
+    spec: str, source: str, data_folder: Path, judges_folder: Path, *, store: Store | None
+) -> SimulBenchFamily:
     """`simulbench` (our tasks) or `simulbench:SOURCE`: a tasks or scripts JSONL file, a folder of task
     TOML files, or the name of a set stored by `appliance import`."""
-    _, _, source = spec.partition(":")
     path = Path(source) if source else data_folder
     # a task folder may carry its own prompts.toml (e.g. shorter dialogues); otherwise ours applies
     prompts = (
@@ -125,7 +127,7 @@ def scripts_of_run(store: Store, run_id: str) -> list[TestScript]:
     extracted = [
         episode
         for scenario in scenarios
-        if scenario.partition(":")[0] == "simulbench"
+        if family_of(scenario) == "simulbench"
         for episode in RunView(store, run_id, scenario).episodes(finished_only=True, instance_prefix="extract/")
     ]
     scripts = [TestScript.model_validate(script) for e in extracted for script in e.metadata.get("scripts", [])]
