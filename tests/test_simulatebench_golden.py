@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,24 @@ def test_importing_twice_reuses_the_run_and_a_wrong_folder_is_a_clean_error(
     again = cli("import", "simulatebench-results", str(RESULTS), "--db", str(db))
     assert again.returncode == 0 and again.stdout.startswith("already imported")
     assert_clean_error(cli("import", "simulatebench-results", str(tmp_path), "--db", str(db)), str(tmp_path))
+
+
+#: the three robustness tables published with SimulateBench (RCoV in percent, integers), in the order of
+#: PUBLISHED_CA's models: age (birth year), surname and education variants of Homer
+PUBLISHED_RCOV = {
+    "birth_year": [1, 3, 1, 2, 3, 4, 13, 1, 4, 2],
+    "surname": [2, 5, 1, 2, 4, 3, 9, 2, 5, 4],
+    "education": [2, 4, 1, 2, 3, 3, 9, 2, 4, 3],
+}
+
+
+def test_the_thirty_published_rcov_integers_are_the_rcov_rounded_up(
+    imported: tuple[Path, dict[str, dict[str, object]]],
+) -> None:
+    """The authors' tables print each model's per-field RCoV (coefficient of variation of the
+    variants' accuracy, in percent) rounded up to an integer: 0.946 shows as 1 and 12.162 as 13."""
+    _, rows = imported
+    for field, published in PUBLISHED_RCOV.items():
+        ours = [float(rows[model]["rcov_by_field"][field]) for model in PUBLISHED_CA]  # type: ignore[index]
+        assert [math.ceil(round(value, 9)) for value in ours] == published, (field, [round(v, 2) for v in ours])
+        assert [round(value) for value in ours] != published  # nearest rounding would not give the tables
