@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
@@ -18,6 +19,7 @@ from appliance.judging.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
+from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
 from appliance.store import EpisodeRecord, JudgmentRecord, Store
 from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
@@ -285,3 +287,47 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
     assert length_factor(2000.0, 200.0) == pytest.approx(1 + 0.07 * (0.1 - 1))
     assert length_factor(1e9, 200.0) >= 0.93
     assert length_factor(None, 200.0) == 1.0
+
+
+def test_under_a_likelihood_panel_the_length_factor_scales_the_calibrated_score_and_refusals_are_not_measured(
+    tmp_path: Path,
+) -> None:
+    """Raw finals are log-probability differences (negative here): the factor must not scale them, since
+    a factor below 1 would raise a negative score. It scales the calibrated final (human scale)."""
+
+    def read(player: str, index: int, reply: str, raw: float, calibrated: float) -> EpisodeRecord:
+        episode = hand_episode(
+            "lik",
+            "pingpong",
+            f"card~situation-{index}",
+            player,
+            scores={"final": raw},
+            panel="default",
+            metadata={"judging": "likelihood (turn_followups)"},
+            messages=[("interrogator", "hi"), ("player", reply)],
+        )
+        (score,) = episode.scores
+        return episode.model_copy(update={"scores": [score.model_copy(update={"calibrated_value": calibrated})]})
+
+    episodes = [
+        read("terse", 0, "a" * 100, -0.5, 3.0),
+        read("terse", 1, "a" * 100, -0.3, 4.0),
+        read("wordy", 0, "b" * 300, -0.2, 4.0),
+        read("wordy", 1, "b" * 300, -0.6, 2.0),
+    ]
+    config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"], "judging": "likelihood"}}
+    with Store.open(tmp_path / "lik.duckdb") as store:
+        store_hand_run(store, "lik", config, episodes)
+        board = build_leaderboard(store, "lik")
+    rows = {row.model: row for row in board.rows}
+    wordy_factor = 1 + 0.07 * (200 / 300 - 1)  # mean lengths 100 and 300, median 200
+    assert rows["wordy"].length_factor == pytest.approx(wordy_factor)
+    assert rows["wordy"].final == pytest.approx(-0.4)  # the raw mean, unscaled
+    assert rows["wordy"].calibrated_final == pytest.approx(3.0)
+    assert rows["wordy"].ln_score == pytest.approx(3.0 * wordy_factor)  # not -0.4 x factor (= -0.38, higher)
+    assert rows["terse"].ln_score == pytest.approx(3.5)
+    assert rows["terse"].refusal_ratio is None and rows["wordy"].refusal_ratio is None
+    console = Console(record=True, width=400)
+    print_leaderboard(console, board)
+    rows_shown = [line for line in console.export_text().splitlines() if line.startswith(("│ terse", "│ wordy"))]
+    assert len(rows_shown) == 2 and all("not measured" in line for line in rows_shown)

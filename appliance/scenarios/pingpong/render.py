@@ -47,7 +47,7 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             _number(row.in_character),
             _number(row.entertaining),
             _number(row.fluent),
-            _number(row.refusal_ratio),
+            "not measured" if row.refusal_ratio is None and row.judged_episodes else _number(row.refusal_ratio),
             _number(row.mean_length, 0),
             _number(row.length_factor, 3),
             str(row.episodes),
@@ -80,8 +80,9 @@ def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> Non
     console.print(
         f"Judging: {board.judging}, the judges' token probabilities (nothing sampled). final = how much likelier "
         "positive than negative follow-ups are after each reply (mean log-probability per token), panel mean, "
-        "mean over turns, then over conversations; LN score applies PingPong's length factor to it. Intervals: "
-        "bootstrap over conversations."
+        "mean over turns, then over conversations. LN score applies PingPong's length factor to the calibrated "
+        "final (the human scale); a raw log-probability difference gets none. Intervals: bootstrap over "
+        "conversations."
     )
     if board.calibration:
         console.print(f"calibrated = the judges' features mapped to {_calibration_words(board.calibration)}.")
@@ -95,7 +96,7 @@ def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> Non
     missing = [metric for metric in CALIBRATED_CRITERIA if metric not in calibrated]
     console.print(
         "In-character has no human label set here (none of the stored sets rates role consistency), so a "
-        "likelihood panel leaves it empty and flags no refusals"
+        "likelihood panel leaves it empty and measures no refusals ('not measured')"
         + (f"; {' and '.join(missing)} found no calibration of this template" if missing else "")
         + "; a sampled panel (--panel sampled) fills the raw 1-5 columns. Held-out reports of the shipped "
         "calibrations: judges/calibrations/; of any other: appliance view."

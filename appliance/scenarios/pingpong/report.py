@@ -7,13 +7,17 @@ of the player's replies, and the length-normalised score.
 
 Refusals, as the authors' leaderboard treats them: a conversation in which
 the panel flagged any turn as a refusal counts in the refusal ratio and is
-left out of every score.
+left out of every score. A panel that did not judge refusals (a likelihood
+panel) leaves the ratio empty ("not measured"), never 0.
 
 Length normalisation, as the authors' leaderboard computes it: each
 conversation's score is multiplied by x = 1 + 0.07 * (median_len / avg_len - 1),
 clamped to [0.93, 1], where avg_len is the model's mean player-reply length in
 characters (finished conversations) and median_len the median of the models'
 avg_len. A long-winded model loses at most 7%; a terse one gains nothing.
+The factor scales a score on a rating scale: the 1-5 final of a sampled panel,
+or, under a likelihood panel, the calibrated final on the human scale. A raw
+log-probability difference (which can be negative) gets no LN score.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class PingPongRow(BaseModel):
     fluent: float | None
     final: float | None
     final_ci: tuple[float, float] | None
+    #: None where nothing judged refusals (a likelihood panel): shown as "not measured"
     refusal_ratio: float | None
     refused_episodes: int
     mean_length: float | None
@@ -107,8 +112,10 @@ def build_leaderboard(
     scores = run.scores(panels=[panel])
     players = sorted({episode.player for episode in episodes})
     mean_lengths, median_of_means = reply_lengths(episodes, messages)
+    judging = judging_mode(episodes)
+    rating_scale = not judging.startswith("likelihood")
     rows = [
-        _row(player, episodes, messages, scores, mean_lengths[player], median_of_means, seed=index)
+        _row(player, episodes, messages, scores, mean_lengths[player], median_of_means, rating_scale, seed=index)
         for index, player in enumerate(players)
     ]
     rows.sort(key=lambda row: -1.0 if row.ln_score is None else row.ln_score, reverse=True)
@@ -122,7 +129,7 @@ def build_leaderboard(
         panel=panel,
         status=run.status,
         median_of_mean_lengths=median_of_means,
-        judging=judging_mode(episodes),
+        judging=judging,
         rows=rows,
         calibration=_describe_calibration(store, sorted(calibration_ids.get("final", ()))),
         criterion_calibrations={
@@ -174,8 +181,11 @@ def _row(
     scores: list[StoredScore],
     mean_length: float | None,
     median_of_means: float | None,
+    rating_scale: bool,
     seed: int,
 ) -> PingPongRow:
+    """`rating_scale`: the final is a 1-5 rating (sampled panel), so the length factor applies to it;
+    otherwise it applies to the calibrated final only."""
     own_episodes = [e for e in episodes if e.player == player]
     per_episode: dict[str, dict[str, float | None]] = {}
     calibrated: dict[str, dict[str, float]] = {}
@@ -193,13 +203,14 @@ def _row(
 
     finals = metric_values("final")
     factor = length_factor(mean_length, median_of_means)
-    normalised = [value * factor for value in finals]
     criterion_means = {c: (mean(values) if (values := metric_values(c)) else None) for c in CRITERIA}
     kept_calibrated = {
         metric: [value for episode, value in by_episode.items() if episode in kept]
         for metric, by_episode in calibrated.items()
     }
     calibrated_final = kept_calibrated.get("final", [])
+    normalised = [value * factor for value in (finals if rating_scale else calibrated_final)]
+    measured_refusals = any(metrics.get("refusal") is not None for metrics in judged.values())
     own_messages = [m for m in messages if m.player == player]
     return PingPongRow(
         model=player,
@@ -211,7 +222,7 @@ def _row(
         fluent=criterion_means["fluent"],
         final=mean(finals) if finals else None,
         final_ci=bootstrap_interval(finals, seed=seed),
-        refusal_ratio=len(refused) / len(judged) if judged else None,
+        refusal_ratio=len(refused) / len(judged) if judged and measured_refusals else None,
         refused_episodes=len(refused),
         mean_length=mean_length,
         length_factor=factor,
