@@ -253,6 +253,10 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert read == [("expected", "deepeval_role_rating")]
     read_ratings = [row.payoff.mean for row in by_reading.asymmetric if row.role in ("reviewer", "proofreader")]
     assert read_ratings and all(v is not None and 1.0 <= v <= 10.0 and v != round(v) for v in read_ratings)
+    marginals = {(m.task, m.model): m for m in report.chain_marginals}
+    assert set(marginals) == {(task, model) for task in ("idiom_chain", "word_chain") for model in MODELS}
+    early = next(c for c in report.chain_positions if c.task == "idiom_chain" and c.early == "smollm2-135m")
+    assert marginals[("idiom_chain", "smollm2-135m")].early_win == early.early_win  # one opponent: its only cell
     hits = {(row.task, row.model): row.extras["hits"] for row in report.symmetric if "hits" in row.extras}
     assert hits[("idiom_chain", "smollm2-135m")] == 0.5  # one valid move when it starts, none when it answers a pass
 

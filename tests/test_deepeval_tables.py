@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,12 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.payoffs import stability, wilson_interval
-from appliance.scenarios.deepeval.report import DeepEvalReport, build_deepeval_report
+from appliance.scenarios.deepeval.report import (
+    ChainPositions,
+    DeepEvalReport,
+    build_deepeval_report,
+    chain_marginals,
+)
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.scenarios.deepeval.word_chain import rule_broken
@@ -158,3 +164,52 @@ def test_the_headline_and_the_page_show_the_reports_payoffs(tmp_path: Path) -> N
         shown[(f"{row.task}.{row.role}", row.model)] == (round(row.payoff.mean or -1, 9), row.payoff.n) for row in rows
     )
     assert shown[("public_goods_mode1.player", "smollm2-135m")] == (40.0, 2)  # both orders, not one
+
+
+#: the paper's Tables 1-2 (Idioms Solitaire): (early, late) -> (win early, win late, hits early, hits late)
+PAPER_CHAIN_CELLS = {
+    ("GPT-4", "ChatGPT"): (0.33, 0.67, 0.89, 1.11),
+    ("GPT-4", "Claude 2"): (0.57, 0.43, 1.29, 1.14),
+    ("ChatGPT", "GPT-4"): (0.75, 0.25, 1.12, 0.75),
+    ("ChatGPT", "Claude 2"): (0.78, 0.22, 1.11, 0.78),
+    ("Claude 2", "GPT-4"): (0.3, 0.7, 0.8, 1.0),
+    ("Claude 2", "ChatGPT"): (0.25, 0.75, 0.75, 1.25),
+}
+#: the marginals the paper prints beside them: model -> (win s̄_E, win s̄_L, hits s̄_E, hits s̄_L)
+PAPER_CHAIN_MARGINALS = {
+    "GPT-4": ("0.45", "0.48", "1.09", "0.88"),
+    "ChatGPT": ("0.77", "0.71", "1.12", "1.18"),
+    "Claude 2": ("0.28", "0.33", "0.78", "0.96"),
+}
+
+
+def test_the_papers_chain_cells_give_its_printed_marginals() -> None:
+    """Golden: s̄_E and s̄_L are unweighted means over opponents, printed rounded half up (0.475 -> 0.48)."""
+    cells = [
+        ChainPositions(
+            task="idiom_chain", early=early, late=late, games=1, early_win=ew, late_win=lw, early_hits=eh, late_hits=lh
+        )
+        for (early, late), (ew, lw, eh, lh) in PAPER_CHAIN_CELLS.items()
+    ]
+    cells.append(
+        ChainPositions(
+            task="idiom_chain",
+            early="GPT-4",
+            late="GPT-4",
+            games=1,
+            early_win=1.0,
+            late_win=0.0,
+            early_hits=9.0,
+            late_hits=0.0,
+        )
+    )  # self-play: the empty diagonal
+
+    def printed(value: float | None) -> str:
+        assert value is not None
+        return str(Decimal(repr(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+    marginals = {m.model: m for m in chain_marginals(cells)}
+    assert {
+        model: tuple(printed(v) for v in (m.early_win, m.late_win, m.early_hits, m.late_hits))
+        for model, m in marginals.items()
+    } == PAPER_CHAIN_MARGINALS

@@ -74,6 +74,17 @@ def _print_chains(console: Console, report: DeepEvalReport) -> None:
     ]
     columns = ["task", "early", "late", "games", "win early", "win late", "hits early", "hits late"]
     _print_rows(console, "chains by position (the paper's Tables 1-2): early moved first", columns, 3, rows)
+    marginals = [
+        [m.task, m.model, *map(_number, (m.early_win, m.late_win, m.early_hits, m.late_hits))]
+        for m in report.chain_marginals
+    ]
+    _print_rows(
+        console,
+        "chain marginals: a model's mean over its opponents when early (s̄_E) and when late (s̄_L)",
+        ["task", "model", "win s̄_E", "win s̄_L", "hits s̄_E", "hits s̄_L"],
+        2,
+        marginals,
+    )
 
 
 def _print_role_matrices(console: Console, report: DeepEvalReport) -> None:

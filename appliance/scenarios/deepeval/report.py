@@ -79,6 +79,18 @@ class ChainPositions(BaseModel):
     late_hits: float
 
 
+class ChainMarginal(BaseModel):
+    """A model's mean score in each position of a chain game over its opponents: the paper's s̄_E
+    (row means of Tables 1-2) and s̄_L (column means). None where the model never sat there."""
+
+    task: str
+    model: str
+    early_win: float | None
+    late_win: float | None
+    early_hits: float | None
+    late_hits: float | None
+
+
 class RoleMatrixCell(BaseModel):
     """An asymmetric task's payoffs when `models[0]` plays `roles[0]` and `models[1]` plays `roles[1]`."""
 
@@ -109,6 +121,7 @@ class DeepEvalReport(BaseModel):
     asymmetric: list[PayoffRow]
     repetitions: list[TaskRepetitions]
     chain_positions: list[ChainPositions] = []
+    chain_marginals: list[ChainMarginal] = []
     role_matrices: list[RoleMatrixCell] = []
     translation_pairs: list[LanguagePairRow] = []
     #: how the public goods game seated the run's models
@@ -167,6 +180,7 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
             rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
     symmetric_tasks = {spec.id for spec in specs if spec.symmetric}
     episodes = run.episodes()
+    positions = chain_positions(episodes)
     scores = run.scores(panels=[RULE_SCORER, panel_name])
     return DeepEvalReport(
         run_id=run_id,
@@ -176,7 +190,8 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         symmetric=[row for row in rows if row.task in symmetric_tasks],
         asymmetric=[row for row in rows if row.task not in symmetric_tasks],
         repetitions=_repetitions(episodes, rows, specs),
-        chain_positions=chain_positions(episodes),
+        chain_positions=positions,
+        chain_marginals=chain_marginals(positions),
         role_matrices=role_matrices(episodes, scores, specs),
         translation_pairs=translation_pairs(episodes, scores, specs),
         public_goods_seating=_seating(settings, players),
@@ -214,6 +229,37 @@ def chain_positions(episodes: list[StoredEpisode]) -> list[ChainPositions]:
         )
         for (task, early, late), results in sorted(games.items())
     ]
+
+
+def chain_marginals(positions: list[ChainPositions]) -> list[ChainMarginal]:
+    """Per chain task and model: the unweighted mean over its opponents of its early scores (s̄_E) and of
+    its late scores (s̄_L), as in the paper's Tables 1-2. Self-play (the paper's empty diagonal) is left out."""
+    early: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    late: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for cell in positions:
+        if cell.early == cell.late:
+            continue
+        early[(cell.task, cell.early)].append((cell.early_win, cell.early_hits))
+        late[(cell.task, cell.late)].append((cell.late_win, cell.late_hits))
+
+    def means(cells: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+        return (mean(c[0] for c in cells), mean(c[1] for c in cells)) if cells else (None, None)
+
+    marginals = []
+    for task, model in sorted({*early, *late}):
+        early_win, early_hits = means(early.get((task, model), []))
+        late_win, late_hits = means(late.get((task, model), []))
+        marginals.append(
+            ChainMarginal(
+                task=task,
+                model=model,
+                early_win=early_win,
+                late_win=late_win,
+                early_hits=early_hits,
+                late_hits=late_hits,
+            )
+        )
+    return marginals
 
 
 def _role_payoffs(
