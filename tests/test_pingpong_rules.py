@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -141,7 +141,7 @@ def test_unparsed_verdicts_are_stored_and_left_out_of_the_mean(tmp_path: Path) -
     store.close()
 
 
-def test_episode_scores_average_judges_then_turns() -> None:
+def test_episode_scores_average_judges_then_turns_and_drop_only_a_refusing_judge() -> None:
     def verdict(judge: str, turn: int, criterion: str, score: float) -> JudgmentRecord:
         return JudgmentRecord(
             panel="p",
@@ -154,22 +154,31 @@ def test_episode_scores_average_judges_then_turns() -> None:
             parsed=True,
         )
 
-    judgments = []
-    for criterion, a, b in (("in_character", 5, 3), ("entertaining", 2, 2), ("fluent", 4, 4), ("refusal", 1, 0)):
-        judgments += [verdict("j1", 1, criterion, a), verdict("j2", 1, criterion, b)]
-    for criterion in ("in_character", "entertaining", "fluent", "refusal"):
-        judgments += [
-            verdict("j1", 3, criterion, 1 if criterion != "refusal" else 0),
-            verdict("j2", 3, criterion, 1 if criterion != "refusal" else 0),
-        ]
-    scores = {s.metric: s.value for s in episode_scores(judgments, panel="p", player="m")}
-    assert scores["in_character"] == (4 + 1) / 2
-    assert scores["entertaining"] == (2 + 1) / 2
-    assert scores["fluent"] == (4 + 1) / 2
-    assert scores["final"] == (2.5 + 1.5 + 2.5) / 3
-    assert scores["refusal"] == 0.0  # turn 1: one judge of two is not a majority
-    three = [*judgments, verdict("j3", 1, "refusal", 1), verdict("j3", 3, "refusal", 0)]
-    assert {s.metric: s.value for s in episode_scores(three, panel="p", player="m")}["refusal"] == 1.0
+    def judged(j1_refuses_turn_1: int) -> list[JudgmentRecord]:
+        judgments = []
+        for criterion, a, b in (("in_character", 5, 3), ("entertaining", 2, 2), ("fluent", 4, 4)):
+            judgments += [verdict("j1", 1, criterion, a), verdict("j2", 1, criterion, b)]
+        judgments += [verdict("j1", 1, "refusal", j1_refuses_turn_1), verdict("j2", 1, "refusal", 0)]
+        for criterion in ("in_character", "entertaining", "fluent", "refusal"):
+            judgments += [
+                verdict("j1", 3, criterion, 1 if criterion != "refusal" else 0),
+                verdict("j2", 3, criterion, 1 if criterion != "refusal" else 0),
+            ]
+        return judgments
+
+    def scored(judgments: list[JudgmentRecord]) -> dict[str, float | None]:
+        return {s.metric: s.value for s in episode_scores(judgments, panel="p", player="m")}
+
+    calm = scored(judged(0))  # panel mean per turn, then the mean over turns
+    assert (calm["in_character"], calm["entertaining"], calm["fluent"]) == ((4 + 1) / 2, (2 + 1) / 2, (4 + 1) / 2)
+    assert calm["final"] == (2.5 + 1.5 + 2.5) / 3 and calm["refusal"] == 0.0
+    # j1 flags turn 1 (the authors' "any judge"): the conversation is refused and j2 alone scores it
+    flagged = scored(judged(1))
+    assert flagged["refusal"] == 1.0
+    assert (flagged["in_character"], flagged["entertaining"], flagged["fluent"]) == ((3 + 1) / 2, (2 + 1) / 2, 2.5)
+    assert flagged["final"] == (2.0 + 1.5 + 2.5) / 3
+    everyone = scored([*judged(1), verdict("j2", 3, "refusal", 1)])  # no judge left to score it
+    assert everyone["refusal"] == 1.0 and everyone["final"] is None
 
 
 def test_interrogator_message_cleaning() -> None:
@@ -240,7 +249,7 @@ def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path
 
 
 def _episode(
-    run_id: str, player: str, index: int, reply: str, scores: dict[str, float], finished: bool = True
+    run_id: str, player: str, index: int, reply: str, scores: Mapping[str, float | None], finished: bool = True
 ) -> EpisodeRecord:
     return hand_episode(
         run_id,
@@ -267,7 +276,8 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
         _episode(run_id, "terse", 3, "a" * 5000, {}, finished=False),  # unfinished: its length does not count
         _episode(run_id, "wordy", 0, "b" * 300, judged(4.0)),
         _episode(run_id, "wordy", 1, "b" * 300, judged(2.0)),
-        _episode(run_id, "wordy", 2, "b" * 300, judged(1.0, refusal=1.0)),  # refused: left out of the score
+        # refused: its only judge flagged a turn, so that judge's verdicts were dropped and nothing scores it
+        _episode(run_id, "wordy", 2, "b" * 300, {"final": None, "refusal": 1.0}),
     ]
     config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"]}}
     with Store.open(tmp_path / "hand.duckdb") as store:
@@ -279,7 +289,7 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
     assert rows["terse"].mean_length == 100.0 and rows["terse"].length_factor == 1.0  # 1.07 clamped to 1
     assert rows["wordy"].length_factor == pytest.approx(1 + 0.07 * (200 / 300 - 1))
     assert rows["terse"].final == pytest.approx(4.0) and rows["terse"].ln_score == pytest.approx(4.0)
-    assert rows["wordy"].final == pytest.approx(3.0)  # (4 + 2) / 2: the refused conversation is left out
+    assert rows["wordy"].final == pytest.approx(3.0)  # (4 + 2) / 2: no judge is left to score the refused one
     assert rows["wordy"].ln_score == pytest.approx(3.0 * (1 + 0.07 * (200 / 300 - 1)))
     assert rows["wordy"].refused_episodes == 1 and rows["wordy"].refusal_ratio == pytest.approx(1 / 3)
     assert rows["terse"].failed_episodes == 1 and board.judging == "conversation"

@@ -309,15 +309,18 @@ def clean_interrogator_message(text: str) -> str:
 def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) -> list[ScoreRecord]:
     """Panel mean per turn and criterion, then the episode's mean over turns.
 
-    `final` is the mean of the three criteria; `refusal` is 1 if a majority of
-    the judges (more than half of those whose verdict parsed) flagged any turn,
-    so the rule means the same for every panel size. Unparsed verdicts are left
-    out of the means and counted in `unparsed_verdicts`.
+    Refusals follow the authors' leaderboard code: `refusal` is 1 when any judge
+    flagged any turn, and a flagging judge's verdicts on the conversation are
+    dropped, so the other judges alone score it (no judge left: no scores).
+    `final` is the mean of the three criteria. Unparsed verdicts are left out of
+    the means and counted in `unparsed_verdicts`.
     """
+    parsed = [j for j in judgments if j.parsed and j.score is not None]
+    flagging = {j.judge for j in parsed if j.criterion == REFUSAL and j.score is not None and j.score > 0.5}
     per_turn: dict[tuple[int, str], list[float]] = {}
     unparsed = {(j.judge, j.target_idx) for j in judgments if not j.parsed}
-    for judgment in judgments:
-        if judgment.parsed and judgment.score is not None:
+    for judgment in parsed:
+        if judgment.judge not in flagging and judgment.criterion != REFUSAL and judgment.score is not None:
             per_turn.setdefault((judgment.target_idx, judgment.criterion), []).append(judgment.score)
     turns = sorted({j.target_idx for j in judgments})
     values: dict[str, float | None] = {}
@@ -328,7 +331,7 @@ def episode_scores(judgments: list[JudgmentRecord], *, panel: str, player: str) 
     values["final"] = (
         None if any(v is None for v in criterion_values) else mean([v for v in criterion_values if v is not None])
     )
-    refusal_means = [mean(per_turn[(t, REFUSAL)]) for t in turns if (t, REFUSAL) in per_turn]
-    values["refusal"] = None if not refusal_means else float(any(v > 0.5 for v in refusal_means))
+    measured = any(j.criterion == REFUSAL for j in parsed)
+    values["refusal"] = float(bool(flagging)) if measured else None
     values["unparsed_verdicts"] = float(len(unparsed))
     return [ScoreRecord(panel=panel, player=player, metric=metric, value=value) for metric, value in values.items()]

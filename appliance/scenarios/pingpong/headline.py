@@ -9,7 +9,8 @@ from appliance.store.run_view import RunView
 
 
 def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
-    """One unit per conversation (instance and player); a refused conversation carries no score.
+    """One unit per conversation (instance and player), with the report's rules: a conversation is
+    scored by the judges that did not flag it as a refusal, and the LN score scales a rating.
 
     The LN score of a conversation is its final score times its model's length factor in that run,
     as the leaderboard computes it; the factor is held fixed while conversations are resampled.
@@ -25,27 +26,28 @@ def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | Non
         scores.setdefault(score.episode_id, {})[score.metric] = score.value
         if score.metric == "final":
             calibrated[score.episode_id] = score.calibrated_value
+    rating_scale = not judging_mode(episodes).startswith("likelihood")
     units = []
     for episode in (e for e in episodes if e.finished):
         own = scores.get(episode.episode_id, {})
-        refused = own.get("refusal") == 1.0
-        final = None if refused else own.get("final")
+        final, refusal = own.get("final"), own.get("refusal")
+        scaled = final if rating_scale else calibrated.get(episode.episode_id)  # as the report's LN score
         units.append(
             Unit(
                 key=episode.instance_id,
                 player=episode.player,
                 values={
                     "final": final,
-                    "ln_score": None if final is None else final * factors.get(episode.player, 1.0),
-                    "refused": None if own.get("final") is None else float(refused),
-                    "calibrated": None if refused else calibrated.get(episode.episode_id),
+                    "ln_score": None if scaled is None else scaled * factors.get(episode.player, 1.0),
+                    "refused": refusal,
+                    "calibrated": calibrated.get(episode.episode_id),
                 },
             )
         )
     return Headline(
         units=units,
         metrics=[
-            HeadlineMetric("final", mean_of("final"), description="mean of the criteria (1-5), refusals left out"),
+            HeadlineMetric("final", mean_of("final"), description="mean of the criteria, a refusing judge's left out"),
             HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final"),
             HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False),
             *(

@@ -63,9 +63,9 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         return
     console.print(
         f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
-        f"conversations). A conversation with a refusal (a majority of judges flagged a turn) counts in "
-        f"'refusals' and is left out of the scores. LN score = final x (1 + 0.07 (median / mean len - 1)), "
-        f"clamped to [0.93, 1]; median of the models' mean reply lengths = "
+        f"conversations). A conversation in which any judge flagged a turn as a refusal counts in 'refusals'; "
+        f"that judge's verdicts on it are left out, the other judges score it. LN score = final x "
+        f"(1 + 0.07 (median / mean len - 1)), clamped to [0.93, 1]; median of the models' mean reply lengths = "
         f"{_number(board.median_of_mean_lengths, 0)} chars. cut = player replies / interrogator messages "
         f"stopped by the token cap. Intervals: bootstrap over conversations."
     )

@@ -5,9 +5,11 @@ averaged over conversations) with a bootstrap 95% interval over
 conversations, the share of conversations with a refusal, the mean length
 of the player's replies, and the length-normalised score.
 
-Refusals, as the authors' leaderboard treats them: a conversation in which
-the panel flagged any turn as a refusal counts in the refusal ratio and is
-left out of every score. A panel that did not judge refusals (a likelihood
+Refusals, as the authors' leaderboard code treats them: a conversation in
+which any judge flagged any turn counts in the refusal ratio (over the
+conversations whose refusals were judged); the flagging judges' verdicts on
+it were dropped when its scores were made, so it is scored by the other
+judges, or not at all. A panel that did not judge refusals (a likelihood
 panel) leaves the ratio empty ("not measured"), never 0.
 
 Length normalisation, as the authors' leaderboard computes it: each
@@ -195,8 +197,9 @@ def _row(
             if score.calibrated_value is not None:
                 calibrated.setdefault(score.metric, {})[score.episode_id] = score.calibrated_value
     judged = {episode: metrics for episode, metrics in per_episode.items() if metrics.get("final") is not None}
-    refused = {episode for episode, metrics in judged.items() if metrics.get("refusal") == 1.0}
-    kept = {episode: metrics for episode, metrics in judged.items() if episode not in refused}
+    measured = {episode for episode, metrics in per_episode.items() if metrics.get("refusal") is not None}
+    refused = {episode for episode in measured if per_episode[episode]["refusal"] == 1.0}
+    kept = judged
 
     def metric_values(metric: str) -> list[float]:
         return [v for metrics in kept.values() if (v := metrics.get(metric)) is not None]
@@ -210,7 +213,6 @@ def _row(
     }
     calibrated_final = kept_calibrated.get("final", [])
     normalised = [value * factor for value in (finals if rating_scale else calibrated_final)]
-    measured_refusals = any(metrics.get("refusal") is not None for metrics in judged.values())
     own_messages = [m for m in messages if m.player == player]
     return PingPongRow(
         model=player,
@@ -222,7 +224,7 @@ def _row(
         fluent=criterion_means["fluent"],
         final=mean(finals) if finals else None,
         final_ci=bootstrap_interval(finals, seed=seed),
-        refusal_ratio=len(refused) / len(judged) if judged and measured_refusals else None,
+        refusal_ratio=len(refused) / len(measured) if measured else None,
         refused_episodes=len(refused),
         mean_length=mean_length,
         length_factor=factor,
