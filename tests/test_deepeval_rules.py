@@ -155,7 +155,8 @@ def test_the_shipped_data_is_what_the_issue_asks_for() -> None:
     goods = settings.public_goods
     assert (goods.rounds, goods.endowment) == (5, 10) and goods.seats >= 2
     passages = tomllib.loads((DATA / "passages.toml").read_text(encoding="utf-8"))["passage"]
-    assert len({(p["source"], p["target"]) for p in passages}) >= 3
+    pairs = {(p["source"], p["target"]) for p in passages}
+    assert len(pairs) >= 3 and ("English", "Chinese") in pairs  # the paper's EN-ZH among them
 
 
 def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:

@@ -1,8 +1,10 @@
 """The same seed stores the same runs: every family's scripted run and a tiny SmolLM2 run equal the
 dump in tests/data/golden_runs.json, made with the code before the model pool, the typed identities
 and run planning were restructured (regenerate with tests/golden_runs.py only for a deliberate change
-of figures, and say so). Regenerated once since, for PingPong's refusal rule (the authors' "any judge":
-the SmolLM2 conversation's only judge flagged a turn, so nothing scores it); nothing else changed."""
+of figures, and say so). Regenerated since, each time for one deliberate change that alone moved:
+PingPong's refusal rule (the authors' "any judge": the SmolLM2 conversation's only judge flagged a
+turn, so nothing scores it), and DeepEval's English-Chinese passages (the seeded passage order, so the
+translation episodes)."""
 
 from __future__ import annotations
 
