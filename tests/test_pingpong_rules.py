@@ -81,7 +81,8 @@ def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tm
     family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
     descriptions = [card.description.strip()[:60] for card in family.cards]
     situations = [situation.text for situation in family.situations]
-    requests = [r for backend in backends.values() for r in backend.requests if r.grammar is None]
+    everything = [r for backend in backends.values() for r in backend.requests]
+    requests = [r for r in everything if r.grammar is None]
     assert requests
     roles = {role_of(request) for request in requests}
     assert roles == {"interrogator", "player"}
@@ -94,6 +95,10 @@ def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tm
         else:
             assert any(d in text for d in descriptions)
             assert not any(s in text for s in situations), "player saw the situation"
+            instructions = ("Keep each reply short, and never refuse", "Halte jede Antwort kurz", "Пиши коротко")
+            assert any(line in text for line in instructions)  # the authors' "short, never refuse", per language
+    judged = [r for r in everything if r.grammar is not None]  # as the authors' judge: the character only
+    assert judged and not any(any(s in _text(r) for s in situations) for r in judged), "a judge saw the situation"
     store.close()
 
 

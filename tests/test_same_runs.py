@@ -3,8 +3,9 @@ dump in tests/data/golden_runs.json, made with the code before the model pool, t
 and run planning were restructured (regenerate with tests/golden_runs.py only for a deliberate change
 of figures, and say so). Regenerated since, each time for one deliberate change that alone moved:
 PingPong's refusal rule (the authors' "any judge": the SmolLM2 conversation's only judge flagged a
-turn, so nothing scores it), and DeepEval's English-Chinese passages (the seeded passage order, so the
-translation episodes)."""
+turn, so nothing scores it), DeepEval's English-Chinese passages (the seeded passage order, so the
+translation episodes), and PingPong's player and judge prompts following the authors' templates (the
+PingPong messages and the SmolLM2 verdicts)."""
 
 from __future__ import annotations
 
