@@ -23,6 +23,7 @@ from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
+from appliance.scenarios.simulbench.headline import simulbench_headline
 from appliance.scenarios.simulbench.report import build_simulbench_report
 from appliance.scenarios.simulbench.scripts import DialogueTurn, ScriptSet, extract_scripts
 from appliance.scenarios.simulbench.stages import collect_dialogue
@@ -369,7 +370,14 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
         config = {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}
         store_hand_run(store, "hand", config, episodes)
         report = build_simulbench_report(store, "hand", "simulbench")
+        headline = simulbench_headline(store, "hand", "simulbench", None)
     assert (report.common_scripts, report.perfect_dropped, report.incomplete_scripts) == (3, 1, 1)
+    # compare and the page see the same scripts as the report: s4 and s5 are not among the units
+    assert sorted({unit.key for unit in headline.units}) == ["s1", "s2", "s3"]
+    rating, hard = headline.metrics
+    for player, (all_mean, hard_mean) in {"a": (6.0, 6.0), "b": (4.0, 4.0)}.items():
+        own = [unit for unit in headline.units if unit.player == player]
+        assert rating.statistic(own) == pytest.approx(all_mean) and hard.statistic(own) == pytest.approx(hard_mean)
     rows = {row.player: row for row in report.rows}
     assert rows["a"].all.mean == pytest.approx(6.0) and rows["b"].all.mean == pytest.approx(4.0)
     assert (rows["a"].all.n, rows["b"].unrated) == (3, 1)

@@ -14,6 +14,7 @@ view, and delta = win - lose.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from statistics import mean
 from typing import Any, Literal
 
@@ -111,12 +112,30 @@ def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpiso
     return [(e, values.get(e.episode_id)) for e in run.episodes(instance_prefix=f"{stage}/")]
 
 
-def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
-    run = RunView(store, run_id, scenario)
-    panel_name = panel or run.panel
-    evaluated = _rated(run, "evaluate", "rating", panel_name)
+@dataclass(frozen=True)
+class ComparedScripts:
+    """The scripts a run's figures are computed on, the one definition the report, `compare` and the
+    page share: rated for every evaluated player, less those every player answered perfectly."""
+
+    players: list[str]
+    #: script -> its metadata (kind, task, turn, ...)
+    scripts: dict[str, dict[str, Any]]
+    #: script -> player -> rating
+    ratings: dict[str, dict[str, float]]
+    #: player -> evaluations that failed or got no rating
+    unrated: Counter[str]
+    complete: set[str]
+    perfect: set[str]
+
+    @property
+    def common(self) -> list[str]:
+        return sorted(self.complete - self.perfect)
+
+
+def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
+    evaluated = _rated(run, "evaluate", "rating", panel)
     players = sorted({episode.player for episode, _ in evaluated})
-    ratings: dict[str, dict[str, float]] = defaultdict(dict)  # script -> player -> rating
+    ratings: dict[str, dict[str, float]] = defaultdict(dict)
     scripts: dict[str, dict[str, Any]] = {}
     unrated: Counter[str] = Counter()
     for episode, value in evaluated:
@@ -128,7 +147,15 @@ def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str
             ratings[script][episode.player] = value
     complete = {s for s in scripts if set(ratings[s]) == set(players)}
     perfect = {s for s in complete if all(v == PERFECT for v in ratings[s].values())}
-    common = sorted(complete - perfect)
+    return ComparedScripts(players, scripts, dict(ratings), unrated, complete, perfect)
+
+
+def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
+    run = RunView(store, run_id, scenario)
+    panel_name = panel or run.panel
+    compared = compared_scripts(run, panel_name)
+    players, scripts, ratings, unrated = compared.players, compared.scripts, compared.ratings, compared.unrated
+    complete, perfect, common = compared.complete, compared.perfect, compared.common
     messages = run.messages(speaker="player", instance_prefix="evaluate/")
     cut = Counter(m.player for m in messages if m.finish_reason == "length")
     rows = [
