@@ -389,6 +389,21 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
     assert report.hardest_tasks[0].by_player == {"a": 5.0, "b": 3.0}
 
 
+def test_hardest_and_simplest_tasks_are_ten_of_each_type_as_the_papers_table(tmp_path: Path) -> None:
+    """12 stateless tasks rated 1.0, 1.5, ..., 6.5 and 3 stateful ones: per type the ten hardest, then
+    the simplest of the rest (never a task twice); stateless before stateful, as the paper's columns."""
+    episodes = [
+        _evaluated("hand", f"l{i:02d}", (f"less{i:02d}", "stateless", "LastOnly"), "a", 1.0 + 0.5 * i)
+        for i in range(12)
+    ] + [_evaluated("hand", f"f{i}", (f"full{i}", "stateful", "LastOnly"), "a", 2.0 + i) for i in range(3)]
+    with Store.open(tmp_path / "tasks.duckdb") as store:
+        store_hand_run(store, "hand", {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}, episodes)
+        report = build_simulbench_report(store, "hand", "simulbench")
+    hardest = [(t.task_type, t.task) for t in report.hardest_tasks]
+    assert hardest == [("stateless", f"less{i:02d}") for i in range(10)] + [("stateful", f"full{i}") for i in range(3)]
+    assert [t.task for t in report.simplest_tasks] == ["less11", "less10"]  # the rest, simplest first
+
+
 def test_cluster_bootstrap_resamples_whole_tasks() -> None:
     values = [1.0] * 4 + [9.0] * 4
     tasks = ["a"] * 4 + ["b"] * 4

@@ -40,7 +40,8 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
                 breakdown.add_row(row.player, by, group, _cell(cell))
     console.print(breakdown)
     if report.hardest_tasks:
-        tasks = Table(title="hardest and simplest tasks (mean rating over every model)", title_justify="left")
+        title = "hardest and simplest tasks of each type (mean rating over every model; the paper's Table 2)"
+        tasks = Table(title=title, title_justify="left")
         for column in ("end", "task", "type", "scripts", "mean", "per model"):
             tasks.add_column(column, justify="right" if column in ("scripts", "mean") else "left")
         for end, rows in (("hardest", report.hardest_tasks), ("simplest", report.simplest_tasks)):

@@ -27,8 +27,8 @@ from appliance.store.run_view import RunView, StoredEpisode
 
 #: the rating template's top score: a script every model got this on tells nothing apart
 PERFECT = 10.0
-#: tasks listed at each end of the hardest/simplest table
-TASKS_SHOWN = 5
+#: tasks listed at each end of the hardest/simplest table, per task type (the paper's Table 2)
+TASKS_SHOWN = 10
 
 
 class Cell(BaseModel):
@@ -172,8 +172,8 @@ def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str
         perfect_dropped=len(perfect),
         incomplete_scripts=len(scripts) - len(complete),
         rows=rows,
-        hardest_tasks=tasks[:TASKS_SHOWN],
-        simplest_tasks=list(reversed(tasks[-TASKS_SHOWN:])) if len(tasks) > TASKS_SHOWN else [],
+        hardest_tasks=[row for rows in tasks for row in rows[:TASKS_SHOWN]],
+        simplest_tasks=[row for rows in tasks for row in reversed(rows[TASKS_SHOWN:][-TASKS_SHOWN:])],
         pairs=_pair_rows(_rated(run, "compare", "pair_outcome", panel_name), dropped=perfect),
         collection=_collection(run),
     )
@@ -210,8 +210,9 @@ def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrate
 
 def _task_rows(
     common: list[str], scripts: dict[str, dict[str, Any]], ratings: dict[str, dict[str, float]]
-) -> list[TaskRow]:
-    """Tasks from the hardest (lowest mean rating over all models) to the simplest."""
+) -> list[list[TaskRow]]:
+    """Per task type (stateless, stateful), its tasks from the hardest (lowest mean rating over all
+    models) to the simplest: the paper's Table 2 lists the ten hardest and ten simplest of each type."""
     by_task: dict[str, list[str]] = defaultdict(list)
     for script in common:
         by_task[str(scripts[script].get("task", "?"))].append(script)
@@ -227,7 +228,8 @@ def _task_rows(
                 by_player={p: mean(ratings[s][p] for s in own) for p in players},
             )
         )
-    return sorted(rows, key=lambda row: (row.mean, row.task))
+    types = sorted({row.task_type for row in rows}, key=lambda kind: (kind != "stateless", kind != "stateful", kind))
+    return [sorted((r for r in rows if r.task_type == kind), key=lambda row: (row.mean, row.task)) for kind in types]
 
 
 def _pair_rows(rows: list[RatedEpisode], dropped: set[str]) -> list[PairRow]:
