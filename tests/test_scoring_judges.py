@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import shutil
@@ -34,8 +35,14 @@ from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
-from appliance.judging.templates import RatingTemplate, judge_messages, load_judge_template
-from appliance.judging.verdicts import ask_judge
+from appliance.judging.templates import (
+    PairwiseTemplate,
+    RatingTemplate,
+    YesNoTemplate,
+    judge_messages,
+    load_judge_template,
+)
+from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels.model import HumanLabel, LabelKind, LabelSet
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
@@ -607,3 +614,50 @@ def test_a_likelihood_panel_rates_label_sets_with_probability_templates_by_defau
         ("sampled", "pairwise"): "pairwise_preference",
     }
     assert panels["default"].likelihood_template == "turn_followups"
+
+
+def test_a_likelihood_panel_reads_yes_no_checks_and_preferences_by_probability() -> None:
+    """Hand-set log-probabilities: yes -ln 4 against no -ln(4/3) gives P(yes) = 0.25 (1/4 over 1/4 + 3/4);
+    A -0.1, B -2.3, tie -5 gives the preference A, P(A) - P(B) stored beside it."""
+    scored: dict[str, float] = {
+        '{"answer": "yes"}': -math.log(4),
+        '{"answer": "no"}': -math.log(4 / 3),
+        '{"better": "A"}': -0.1,
+        '{"better": "B"}': -2.3,
+        '{"better": "tie"}': -5.0,
+    }
+
+    def scorer(request: GenerationRequest) -> TokenScores:
+        assert request.scoring is not None
+        return TokenScores(token_logprobs=(scored[request.scoring.continuation],), choice_logprobs=())
+
+    backend = ScriptedBackend("j", lambda request: "unused: nothing is sampled", scorer=scorer)
+    scheduler = Scheduler({"j": backend})
+    ctx = EpisodeContext("e", 0, scheduler, {"judge:j": RoleBinding("j")}, likelihood_template="turn_followups")
+    check = load_judge_template(REPO / "judges" / "challenging_turn.toml")
+    prefer = load_judge_template(REPO / "judges" / "pairwise_preference.toml")
+    assert isinstance(check, YesNoTemplate) and isinstance(prefer, PairwiseTemplate)
+    variables = {"task": "t", "history": "h", "request": "r", "reply": "x", "instruction": "do", "input": "i"}
+
+    async def run() -> tuple[list[JudgmentRecord], PairVerdict]:
+        asked = asyncio.gather(
+            ask_judge(ctx, check, variables, judge_model="j", panel="p", target_idx=1),
+            judge_pair(ctx, prefer, variables, "first", "second", judge_model="j", panel="p", target_idx=1),
+        )
+        work = asyncio.ensure_future(asked)
+        await scheduler.drive(work)
+        return tuple(await work)  # type: ignore[return-value]
+
+    records, pair = asyncio.run(run())
+    assert all(request.scoring is not None for request in backend.requests)  # nothing sampled
+    (yes,) = records
+    assert (yes.mode, yes.criterion, yes.parsed) == ("expected", "yes", True)
+    assert yes.score == pytest.approx(0.25) and json.loads(yes.raw_text)["p_no"] == pytest.approx(0.75)
+    # both orders read "A" (the judge prefers position A whatever it holds): the first response wins one
+    # order and loses the other, so the pair is inconsistent and the judge position-biased
+    assert (pair.original, pair.swapped) == (1.0, -1.0) and pair.outcome == "inconsistent" and pair.position_biased
+    (a_first,) = [j for j in ctx.judgments if j.criterion == "preference" and not j.order_swapped]
+    read = json.loads(a_first.raw_text)
+    total = math.exp(-0.1) + math.exp(-2.3) + math.exp(-5.0)
+    assert read["preference"] == pytest.approx((math.exp(-0.1) - math.exp(-2.3)) / total)
+    assert read["p_tie"] == pytest.approx(math.exp(-5.0) / total)

@@ -1,4 +1,4 @@
-"""A rating judge read from its probabilities instead of sampled (under a likelihood panel).
+"""A family's judge read from its probabilities instead of sampled (under a likelihood panel).
 
 A 135M judge asked for a 1-10 score writes nearly the same number for every reply (its
 sampled verdicts carry no signal), yet the probabilities it gives each number still move
@@ -10,6 +10,12 @@ continuation. The values' probabilities, renormalised over the scale, give the
 probability-weighted score (G-Eval's reading) and its entropy. Scoring the whole verdict text
 keeps `1}` and `10}` apart whatever the tokenizer does with digits. A template that asks
 for reasoning first is read without it (the score straight away).
+
+Yes/no checks and pairwise preferences are read the same way, over their own verdicts:
+`{"answer": "yes"}` against `{"answer": "no"}` gives P(yes), stored as the verdict's score (a
+panel's majority becomes a mean P(yes) above one half); `{"better": "A"}`, `"B"` and `"tie"`
+give a distribution whose most probable choice is the verdict (+1, -1 or 0, so the outcome of
+both orders is decided as for sampled verdicts), with P(A) - P(B) and each probability stored.
 
 Prefill only: the prompt is shared by all of a verdict's requests, so the engine computes it
 once and each value costs a few tokens.
@@ -25,7 +31,7 @@ from appliance.client import ModelClient
 from appliance.episodes import EpisodeContext
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring_templates import EXPECTED, expected_score, scale_distribution
-from appliance.judging.templates import RATING, RatingTemplate, judge_messages
+from appliance.judging.templates import RATING, PairwiseTemplate, RatingTemplate, YesNoTemplate, judge_messages
 from appliance.store.records import JudgmentRecord
 
 #: the `mode` of the verdict rows a read rating writes (a sampled one writes "rating")
@@ -37,30 +43,48 @@ def verdict_text(value: int) -> str:
     return f'{{"{RATING}": {value}}}'
 
 
-async def rating_distribution(
-    client: ModelClient, template: RatingTemplate, variables: dict[str, str], judge_model: str, conversation: str
+#: the templates whose verdict can be read: every verdict they could write is a short, finite text
+ReadTemplate = RatingTemplate | YesNoTemplate | PairwiseTemplate
+
+
+def verdict_choices(template: ReadTemplate) -> dict[str, tuple[str, float]]:
+    """Name -> (the verdict text as the template's grammar writes it, the value the parser gives it)."""
+    if isinstance(template, RatingTemplate):
+        return {f"p_{v}": (verdict_text(v), float(v)) for v in range(template.scale_min, template.scale_max + 1)}
+    if isinstance(template, YesNoTemplate):
+        return {"p_yes": ('{"answer": "yes"}', 1.0), "p_no": ('{"answer": "no"}', 0.0)}
+    choices = {"p_A": ('{"better": "A"}', 1.0), "p_B": ('{"better": "B"}', -1.0)}
+    return choices | ({"p_tie": ('{"better": "tie"}', 0.0)} if template.allow_tie else {})
+
+
+async def verdict_distribution(
+    client: ModelClient, template: ReadTemplate, variables: dict[str, str], judge_model: str, conversation: str
 ) -> dict[str, float]:
-    """The judge's expected score and entropy over the scale, and each value's probability (`p_<n>`)."""
+    """Each verdict's probability (renormalised over the template's verdicts) and the verdict read from
+    them (`EXPECTED`): the expected rating, P(yes), or the most probable preference; plus a rating's
+    entropy and a preference's P(A) - P(B)."""
     messages = judge_messages(template, variables)
-    values = range(template.scale_min, template.scale_max + 1)
+    choices = verdict_choices(template)
     scores = await asyncio.gather(
         *(
-            client.score(
-                "judge", messages, continuation=verdict_text(v), model=judge_model, conversation=f"{conversation}-v{v}"
-            )
-            for v in values
+            client.score("judge", messages, continuation=text, model=judge_model, conversation=f"{conversation}-{name}")
+            for name, (text, _) in choices.items()
         )
     )
     totals = [sum(s.token_logprobs) for s in scores]
-    probabilities = scale_distribution(totals)
-    return expected_score(totals, template.scale_min) | {
-        f"p_{v}": p for v, p in zip(values, probabilities, strict=True)
-    }
+    probabilities = dict(zip(choices, scale_distribution(totals), strict=True))
+    if isinstance(template, RatingTemplate):
+        return expected_score(totals, template.scale_min) | probabilities
+    if isinstance(template, YesNoTemplate):
+        return {EXPECTED: probabilities["p_yes"]} | probabilities
+    best = max(probabilities, key=lambda name: probabilities[name])
+    preference = probabilities["p_A"] - probabilities["p_B"]
+    return {EXPECTED: choices[best][1], "preference": preference} | probabilities
 
 
-async def read_rating(
+async def read_verdict(
     ctx: EpisodeContext,
-    template: RatingTemplate,
+    template: ReadTemplate,
     variables: dict[str, str],
     *,
     judge_model: str,
@@ -69,13 +93,13 @@ async def read_rating(
     order_swapped: bool = False,
     shorter: Sequence[dict[str, str]] | None = None,
 ) -> list[JudgmentRecord]:
-    """One judge's rating read from its probabilities; the record is also added to the episode.
+    """One judge's verdict read from its probabilities; the record is also added to the episode.
 
     `shorter`: variables with less history, tried in order while the prompt does not fit the
     judge's context (as `ask_judge` does); when none fits, the verdict is stored unparsed."""
     conversation = f"judge-{target_idx}-{int(order_swapped)}"
     read, failure = await first_that_fits(
-        lambda filled: rating_distribution(ctx.client, template, filled, judge_model, conversation), variables, shorter
+        lambda filled: verdict_distribution(ctx.client, template, filled, judge_model, conversation), variables, shorter
     )
     record = JudgmentRecord(
         panel=panel,
@@ -83,7 +107,7 @@ async def read_rating(
         mode=EXPECTED_RATING_MODE,
         template=template.name,
         target_idx=target_idx,
-        criterion=RATING,
+        criterion=template.outputs()[0],
         score=None if read is None else read[EXPECTED],
         raw_text=failure if read is None else json.dumps(read),
         parsed=read is not None,

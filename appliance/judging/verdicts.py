@@ -16,9 +16,16 @@ from typing import Literal
 from appliance.client import ModelClient
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
-from appliance.judging.expected_rating import read_rating
+from appliance.judging.expected_rating import read_verdict
 from appliance.judging.fitting import first_that_fits
-from appliance.judging.templates import PREFERENCE, PairwiseTemplate, RatingTemplate, SampledTemplate, judge_messages
+from appliance.judging.templates import (
+    PREFERENCE,
+    PairwiseTemplate,
+    RatingTemplate,
+    SampledTemplate,
+    YesNoTemplate,
+    judge_messages,
+)
 from appliance.store.records import JudgmentRecord
 
 PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]
@@ -100,15 +107,16 @@ async def ask_judge(
 ) -> list[JudgmentRecord]:
     """One verdict of one judge; the records are also added to the episode.
 
-    Under a panel that reads probabilities, a rating is read, not sampled (`expected_rating.py`).
+    Under a panel that reads probabilities, a rating, a yes/no check or a preference is read, not
+    sampled (`expected_rating.py`).
 
     `shorter` (a list, possibly empty): the prompt must leave room for the verdict in the judge's
     context, and these variables (the same with less history) are tried in order when it does not.
     The fit is measured by the engine with the judge's own tokenizer; when nothing fits, the verdict
     is stored unparsed with the engine's message. None: no such check (an overflow fails the episode).
     """
-    if ctx.likelihood_template is not None and isinstance(template, RatingTemplate):
-        return await read_rating(
+    if ctx.likelihood_template is not None and isinstance(template, RatingTemplate | YesNoTemplate | PairwiseTemplate):
+        return await read_verdict(
             ctx,
             template,
             variables,
