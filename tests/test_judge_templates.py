@@ -41,6 +41,7 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "turn_rating": "rating",
         "dialogue_rating": "rating",
         "pairwise_preference": "pairwise",
+        "simulbench_pairwise": "pairwise",
         "yesno_check": "yesno",
         "challenging_turn": "yesno",
         "simulbench_rating": "rating",
@@ -242,3 +243,15 @@ def test_judge_prompts_put_the_transcript_before_anything_that_varies_by_criteri
         last_transcript = max((user.rindex(mark) for mark in transcript if mark in user), default=-1)
         assert last_transcript < first_varying, f"{path.name}: the criterion comes before the transcript"
     assert checked >= 3  # turn_rating, dialogue_rating, turn_expected
+
+
+def test_simulbenchs_pairwise_judge_explains_before_its_choice() -> None:
+    template = load_judge_template(JUDGES / "simulbench_pairwise.toml")
+    assert isinstance(template, PairwiseTemplate) and template.reasoning_chars == 300
+    grammar = template.grammar()
+    assert grammar.index("reasoning") < grammar.index("better")  # the explanation comes first
+    assert template.parse('{"reasoning": "A prints the path; B chats.", "better": "A"}') == {"preference": 1.0}
+    assert template.parse('{"reasoning": "same", "better": "tie"}') == {"preference": 0.0}
+    assert "real interface" in template.system and "order in which the replies are shown" in template.system
+    with pytest.raises(ValueError, match="max_tokens must hold reasoning_chars"):
+        PairwiseTemplate(name="x", system="s", user="u", reasoning_chars=300, max_tokens=64)

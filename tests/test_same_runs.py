@@ -6,7 +6,8 @@ PingPong's refusal rule (the authors' "any judge": the SmolLM2 conversation's on
 turn, so nothing scores it), DeepEval's English-Chinese passages (the seeded passage order, so the
 translation episodes), PingPong's player and judge prompts following the authors' templates (the
 PingPong messages and the SmolLM2 verdicts), and yes/no and pairwise judges read by probability under
-the default panel (SimulBench's challenging turns, so its extracted scripts, and its pairwise verdicts)."""
+the default panel (SimulBench's challenging turns, so its extracted scripts, and its pairwise verdicts),
+and SimulBench's own pairwise template (its comparison verdicts)."""
 
 from __future__ import annotations
 

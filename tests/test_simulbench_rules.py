@@ -265,7 +265,7 @@ def good_and_bad(name: str, request: GenerationRequest) -> str:
         return '{"strategy": "harder", "request": "a harder request"}'
     if role.startswith("judge-"):
         if "better" in (request.grammar or ""):  # pairwise: prefer the good answer in either position
-            a_part = text.split("Response A:")[1].split("Response B:")[0]
+            a_part = text.split("Reply A:")[1].split("Reply B:")[0]
             return '{"better": "A"}' if "good" in a_part else '{"better": "B"}'
         if "answer" in (request.grammar or ""):  # challenging turn: a harder request is
             asked = text.split("Request at this turn:")[1].split("The system's reply:")[0]

@@ -231,10 +231,7 @@ class RatingTemplate(_TemplateBase):
     def grammar(self) -> str:
         """`{"score": n}`, or `{"reasoning": "...", "score": n}` with the explanation first."""
         values = " | ".join(f'"{value}"' for value in range(self.scale_max, self.scale_min - 1, -1))
-        if not self.reasoning_chars:
-            return f'root ::= "{{\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
-        reasoning = f'"\\"reasoning\\": \\"" [^"\\\\\\n]{{0,{self.reasoning_chars}}} "\\", "'
-        return f'root ::= "{{" {reasoning} "\\"{RATING}\\": " value "}}"\nvalue ::= {values}'
+        return _verdict_grammar(RATING, "value", self.reasoning_chars) + f"\nvalue ::= {values}"
 
     def parse(self, text: str) -> dict[str, float] | None:
         data = self._load_json(text)
@@ -251,24 +248,37 @@ class RatingTemplate(_TemplateBase):
         return float(self.scale_min), float(self.scale_max)
 
 
+def _verdict_grammar(key: str, rule: str, reasoning_chars: int) -> str:
+    """The root rule of a one-key JSON verdict, with an explanation of at most `reasoning_chars` first."""
+    if not reasoning_chars:
+        return f'root ::= "{{\\"{key}\\": " {rule} "}}"'
+    reasoning = f'"\\"reasoning\\": \\"" [^"\\\\\\n]{{0,{reasoning_chars}}} "\\", "'
+    return f'root ::= "{{" {reasoning} "\\"{key}\\": " {rule} "}}"'
+
+
 class PairwiseTemplate(_TemplateBase):
     """Which of responses A and B is better; `preference` is +1 for A, -1 for B, 0 for a tie."""
 
     mode: Literal["pairwise"] = "pairwise"
     allow_tie: bool = True
+    #: the most characters of explanation the judge writes before its choice (0: the choice only)
+    reasoning_chars: int = Field(default=0, ge=0, le=2000)
 
     @model_validator(mode="after")
     def _one_sample(self) -> PairwiseTemplate:
         if self.samples != 1:
             raise ValueError("pairwise verdicts are combined over both orders, not averaged: samples must be 1")
+        if self.reasoning_chars and self.max_tokens < self.reasoning_chars + 16:
+            raise ValueError("max_tokens must hold reasoning_chars + 16 (a character is at most one token)")
         return self
 
     def outputs(self) -> list[str]:
         return [PREFERENCE]
 
     def grammar(self) -> str:
+        """`{"better": "A"}`, or `{"reasoning": "...", "better": "A"}` with the explanation first."""
         choices = '"\\"A\\"" | "\\"B\\""' + (' | "\\"tie\\""' if self.allow_tie else "")
-        return f'root ::= "{{\\"better\\": " choice "}}"\nchoice ::= {choices}'
+        return _verdict_grammar("better", "choice", self.reasoning_chars) + f"\nchoice ::= {choices}"
 
     def parse(self, text: str) -> dict[str, float] | None:
         data = self._load_json(text)

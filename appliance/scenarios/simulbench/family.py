@@ -37,7 +37,7 @@ from appliance.store.instance_sets import load_instance_set
 from appliance.store.run_view import RunView
 
 TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate)
-TEMPLATES = ("challenging_turn", "simulbench_rating", "pairwise_preference")
+TEMPLATES = ("challenging_turn", "simulbench_rating", "simulbench_pairwise")
 
 
 DESCRIPTION = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
@@ -60,7 +60,7 @@ class SimulBenchFamily(StagedFamily):
             raise ValueError("SimulBench needs either tasks or scripts")
         self.name = name
         evaluate = EvaluateStage(name, settings, files, _as(templates["simulbench_rating"], RatingTemplate), scripts)
-        compare = CompareStage(name, settings, files, _as(templates["pairwise_preference"], PairwiseTemplate), evaluate)
+        compare = CompareStage(name, settings, files, _as(templates["simulbench_pairwise"], PairwiseTemplate), evaluate)
         self._stages: list[CollectStage | ExtractStage | EvaluateStage | CompareStage] = [evaluate, compare]
         if tasks is not None:
             challenge = _as(templates["challenging_turn"], YesNoTemplate)

@@ -331,7 +331,7 @@ class EvaluateStage(_Stage, JudgedFamily):
 
 
 class CompareStage(_Stage, JudgedFamily):
-    judge_template = "pairwise_preference"
+    judge_template = "simulbench_pairwise"
 
     def __init__(
         self,
