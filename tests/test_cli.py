@@ -96,11 +96,11 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
     board = json.loads(report.stdout)[0]
     assert [row["model"] for row in board["rows"]] == ["smollm2-135m"]
     row = board["rows"][0]
-    assert board["judging"] == "conversation" and row["judged_episodes"] == 1
-    if row["refused_episodes"]:  # a majority of the panel flagged a refusal: left out of the scores
-        assert row["final"] is None and row["refusal_ratio"] == 1.0
+    assert board["judging"] == "conversation"
+    if row["refused_episodes"]:  # its only judge flagged a turn: that judge's verdicts go, nothing scores it
+        assert row["final"] is None and row["refusal_ratio"] == 1.0 and row["judged_episodes"] == 0
     else:
-        assert 1.0 <= row["final"] <= 5.0
+        assert row["judged_episodes"] == 1 and 1.0 <= row["final"] <= 5.0
         low, high = row["final_ci"]
         assert low <= row["final"] <= high
 

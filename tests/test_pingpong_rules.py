@@ -95,8 +95,6 @@ def test_player_never_sees_the_situation_and_interrogator_never_sees_the_card(tm
         else:
             assert any(d in text for d in descriptions)
             assert not any(s in text for s in situations), "player saw the situation"
-            instructions = ("Keep each reply short, and never refuse", "Halte jede Antwort kurz", "Пиши коротко")
-            assert any(line in text for line in instructions)  # the authors' "short, never refuse", per language
     judged = [r for r in everything if r.grammar is not None]  # as the authors' judge: the character only
     assert judged and not any(any(s in _text(r) for s in situations) for r in judged), "a judge saw the situation"
     store.close()

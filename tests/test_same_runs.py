@@ -4,8 +4,8 @@ and run planning were restructured (regenerate with tests/golden_runs.py only fo
 of figures, and say so). Regenerated since, each time for one deliberate change that alone moved:
 PingPong's refusal rule (the authors' "any judge": the SmolLM2 conversation's only judge flagged a
 turn, so nothing scores it), DeepEval's English-Chinese passages (the seeded passage order, so the
-translation episodes), PingPong's player and judge prompts following the authors' templates (the
-PingPong messages and the SmolLM2 verdicts), and yes/no and pairwise judges read by probability under
+translation episodes), PingPong's judge prompts following the authors' templates (the SmolLM2 verdicts; the
+player prompt tried with them is back as it was), and yes/no and pairwise judges read by probability under
 the default panel (SimulBench's challenging turns, so its extracted scripts, and its pairwise verdicts),
 and SimulBench's own pairwise template (its comparison verdicts)."""
 
