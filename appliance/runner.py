@@ -75,17 +75,12 @@ def new_run_id() -> str:
 
 def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
     """The family's own limit where the run has one (quick suite, family default), else the run's."""
-    return config.limits.get(_registered_name(family), config.limit)
+    return config.limits.get(family_of(family.name), config.limit)
 
 
 def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
     """The family's quick-suite turn cap where the run has one, else the run's."""
-    return config.turn_caps.get(_registered_name(family), config.turns)
-
-
-def _registered_name(family: ScenarioFamily) -> str:
-    """`pingpong` for a stage named `pingpong:imported/pingpong`: per-family settings are keyed by it."""
-    return family_of(family.name)
+    return config.turn_caps.get(family_of(family.name), config.turns)
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:

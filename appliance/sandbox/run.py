@@ -80,15 +80,13 @@ def run_tests(
         "limits": limits.model_dump() | ({"tasks": None} if isolation == "unsafe" else {}),
         "seccomp": filter_program().hex() if seccomp else None,
         "audit_hook": audit_hook,
-        "root": WORK_FOLDER if isolation == "kernel" else "",
     }
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="appliance-sandbox-") as folder:
         root = Path(folder)
         work = root / "work"
         work.mkdir()
-        if isolation == "unsafe":
-            payload["root"] = str(work)
+        payload["root"] = WORK_FOLDER if isolation == "kernel" else str(work)  # where the child may write
         stdout, stderr, results = (root / "stdout", root / "stderr", root / "results")
         timed_out, returncode = _supervise(command, payload, (stdout, stderr, results), work, limits.wall_s)
         wall = time.perf_counter() - started

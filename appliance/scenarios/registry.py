@@ -171,11 +171,10 @@ def load_family(
     store: Store | None = None,
 ) -> Family:
     """`NAME` uses the family's own data; `NAME:SOURCE` another source (a folder, a file, a stored set)."""
-    parsed = ScenarioSpec.parse(spec)
-    entry = FAMILIES.get(parsed.name, f"unknown scenario '{parsed.name}'")
+    entry, source = family_entry(spec), ScenarioSpec.parse(spec).source
     folder = scenarios_root / entry.name if scenarios_root is not None else entry.folder()
-    request = LoadRequest(spec, parsed.source, folder, judges_root or judges_dir(), seed, store)
-    with reading(parsed.source or folder):
+    request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store)
+    with reading(source or folder):
         family = entry.load(request)
         for stage in family.stages():
             stage.instances()  # lazily read data fails here, not halfway through a run

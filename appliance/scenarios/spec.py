@@ -18,9 +18,6 @@ class ScenarioSpec:
         name, _, source = spec.partition(":")
         return cls(name, source)
 
-    def __str__(self) -> str:
-        return f"{self.name}:{self.source}" if self.source else self.name
-
 
 def family_of(spec: str) -> str:
     """The registered family of a spec, a stage name or a stored episode's scenario."""

@@ -199,16 +199,15 @@ def _row(
     judged = {episode: metrics for episode, metrics in per_episode.items() if metrics.get("final") is not None}
     measured = {episode for episode, metrics in per_episode.items() if metrics.get("refusal") is not None}
     refused = {episode for episode in measured if per_episode[episode]["refusal"] == 1.0}
-    kept = judged
 
-    def metric_values(metric: str) -> list[float]:
-        return [v for metrics in kept.values() if (v := metrics.get(metric)) is not None]
+    def metric_values(metric: str) -> list[float]:  # a refused conversation counts where judges scored it
+        return [v for metrics in judged.values() if (v := metrics.get(metric)) is not None]
 
     finals = metric_values("final")
     factor = length_factor(mean_length, median_of_means)
     criterion_means = {c: (mean(values) if (values := metric_values(c)) else None) for c in CRITERIA}
     kept_calibrated = {
-        metric: [value for episode, value in by_episode.items() if episode in kept]
+        metric: [value for episode, value in by_episode.items() if episode in judged]
         for metric, by_episode in calibrated.items()
     }
     calibrated_final = kept_calibrated.get("final", [])
