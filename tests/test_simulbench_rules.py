@@ -24,7 +24,7 @@ from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
 from appliance.scenarios.simulbench.headline import simulbench_headline
-from appliance.scenarios.simulbench.report import build_simulbench_report
+from appliance.scenarios.simulbench.report import build_simulbench_report, perfect_scripts_of_run
 from appliance.scenarios.simulbench.scripts import DialogueTurn, ScriptSet, extract_scripts
 from appliance.scenarios.simulbench.stages import collect_dialogue
 from appliance.scenarios.simulbench.tasks import SimulBenchTask, load_task_folder
@@ -339,12 +339,17 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
 
 
 def _evaluated(
-    run_id: str, script: str, meta: tuple[str, str, str], player: str, rating: float | None
+    run_id: str,
+    script: str,
+    meta: tuple[str, str, str],
+    player: str,
+    rating: float | None,
+    scenario: str = "simulbench",
 ) -> EpisodeRecord:
     task, task_type, kind = meta
     return hand_episode(
         run_id,
-        "simulbench",
+        scenario,
         f"evaluate/{script}",
         player,
         scores={"rating": rating},
@@ -372,6 +377,7 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
         report = build_simulbench_report(store, "hand", "simulbench")
         headline = simulbench_headline(store, "hand", "simulbench", None)
     assert (report.common_scripts, report.perfect_dropped, report.incomplete_scripts) == (3, 1, 1)
+    assert report.perfect_decided_by == "the 2 players of run hand"
     # compare and the page see the same scripts as the report: s4 and s5 are not among the units
     assert sorted({unit.key for unit in headline.units}) == ["s1", "s2", "s3"]
     rating, hard = headline.metrics
@@ -460,7 +466,38 @@ def test_stored_scripts_are_evaluated_with_new_players_without_collecting_again(
             "SELECT DISTINCT instance_id FROM episodes WHERE instance_id LIKE 'evaluate/%' ORDER BY 1"
         )
         report = build_simulbench_report(store, reused.run_id, spec)
+        stored = store.run(reused.run_id).config["family_settings"][spec]
     assert stages == [("evaluate", 3 * 2)]  # 3 dialogues x 2 scripts, answered by the new player only
     assert len(scripts) == 6, "both runs evaluated the same scripts"
     assert [role_of(r) for r in factory.opened["gemma3-270m"].requests].count("user_agent") == 0
     assert report.rows[0].player == "gemma3-270m" and report.rows[0].all.mean == 2.0
+    # the script set's perfect scripts were decided by the run that made it, and stored with the later run
+    assert stored == {"perfect_scripts": [], "perfect_decided_by": report.perfect_decided_by}
+    assert report.perfect_decided_by == f"nobody: run {collected.run_id} has one player, and one player decides none"
+
+
+def test_perfect_scripts_belong_to_the_script_set_and_one_player_decides_none(tmp_path: Path) -> None:
+    """The source run's players a and b decide: s1 is perfect for both. A later run of player c on those
+    scripts drops s1 (rated 7 by c) and keeps s2 (c's 10): c's mean is (10 + 8) / 2. One player alone
+    keeps its 10s: [10, 10, 6, 8] stays 8.5 (dropping them would give 7.0)."""
+    meta = ("calc", "stateless", "LastOnly")
+    source = {"s1": {"a": 10.0, "b": 10.0}, "s2": {"a": 10.0, "b": 7.0}, "s3": {"a": 6.0, "b": 8.0}}
+    panel = {"name": "p", "judges": ["j"]}
+    with Store.open(tmp_path / "sets.duckdb") as store:
+        src = [_evaluated("src", s, meta, p, r) for s, ratings in source.items() for p, r in ratings.items()]
+        store_hand_run(store, "src", {"scenarios": ["simulbench"], "panel": panel}, src)
+        decided = perfect_scripts_of_run(store, "src")
+        spec = "simulbench:src"
+        later = [_evaluated("later", s, meta, "c", r, spec) for s, r in {"s1": 7.0, "s2": 10.0, "s3": 8.0}.items()]
+        store_hand_run(store, "later", {"scenarios": [spec], "panel": panel, "family_settings": {spec: decided}}, later)
+        again = build_simulbench_report(store, "later", spec)
+        headline = simulbench_headline(store, "later", spec, None)
+        alone = [_evaluated("one", f"o{i}", meta, "a", r) for i, r in enumerate([10.0, 10.0, 6.0, 8.0])]
+        store_hand_run(store, "one", {"scenarios": ["simulbench"], "panel": panel}, alone)
+        single = build_simulbench_report(store, "one", "simulbench")
+    assert decided == {"perfect_scripts": ["s1"], "perfect_decided_by": "the 2 players of run src"}
+    assert (again.common_scripts, again.perfect_dropped, again.perfect_decided_by) == (2, 1, "the 2 players of run src")
+    assert again.rows[0].all.mean == pytest.approx(9.0)
+    assert sorted(unit.key for unit in headline.units) == ["s2", "s3"]  # the gate and the page drop s1 too
+    assert single.perfect_dropped == 0 and single.rows[0].all.mean == pytest.approx(8.5)
+    assert single.perfect_decided_by.startswith("nobody: run one has one player")

@@ -20,6 +20,7 @@ from appliance.judging.templates import (
     load_judge_template,
 )
 from appliance.scenarios.base import ScenarioFamily, StagedFamily
+from appliance.scenarios.simulbench.report import PERFECT_DECIDED_BY, PERFECT_SCRIPTS, perfect_scripts_of_run
 from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
 from appliance.scenarios.simulbench.stages import CollectStage, CompareStage, EvaluateStage, ExtractStage
 from appliance.scenarios.simulbench.tasks import (
@@ -40,6 +41,11 @@ TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate
 TEMPLATES = ("challenging_turn", "simulbench_rating", "simulbench_pairwise")
 
 
+#: published scripts: the study already left out the 10 that all its 14 models answered perfectly
+PUBLISHED: dict[str, object] = {
+    PERFECT_SCRIPTS: [],
+    PERFECT_DECIDED_BY: "the published study, which left out the scripts all its models answered perfectly",
+}
 DESCRIPTION = "a user agent drives simulation tasks; challenging scripts are extracted and judged (1-10, pairwise)"
 
 
@@ -55,10 +61,14 @@ class SimulBenchFamily(StagedFamily):
         *,
         tasks: list[SimulBenchTask] | None = None,
         scripts: list[TestScript] | None = None,
+        perfect: dict[str, object] | None = None,
     ) -> None:
+        """`perfect`: the perfect scripts of a script set made elsewhere and who decided them (stored with
+        the run, `report.PERFECT_SCRIPTS`); None when this run's own players decide them."""
         if (tasks is None) == (scripts is None):
             raise ValueError("SimulBench needs either tasks or scripts")
         self.name = name
+        self.perfect = perfect
         evaluate = EvaluateStage(name, settings, files, _as(templates["simulbench_rating"], RatingTemplate), scripts)
         compare = CompareStage(name, settings, files, _as(templates["simulbench_pairwise"], PairwiseTemplate), evaluate)
         self._stages: list[CollectStage | ExtractStage | EvaluateStage | CompareStage] = [evaluate, compare]
@@ -73,6 +83,10 @@ class SimulBenchFamily(StagedFamily):
     def stages(self) -> list[ScenarioFamily]:
         """Collect, extract, evaluate, compare; or evaluate and compare for imported scripts."""
         return list(self._stages)
+
+    def settings_snapshot(self) -> dict[str, object]:
+        """The script set's perfect scripts when they were decided before this run (the report reads them)."""
+        return dict(self.perfect or {})
 
 
 def _as(template: JudgeTemplate, kind: type[TemplateT]) -> TemplateT:
@@ -102,10 +116,11 @@ def load_simulbench(
         loaded = read_simulbench_file(path)
         if isinstance(loaded, TaskSet):
             return SimulBenchFamily(spec, settings, templates, [*files, path], tasks=loaded.tasks)
-        return SimulBenchFamily(spec, settings, templates, [*files, path], scripts=loaded.scripts)
+        return SimulBenchFamily(spec, settings, templates, [*files, path], scripts=loaded.scripts, perfect=PUBLISHED)
     payload = load_instance_set(store, source) if store is not None else None
     if payload is None and store is not None and store.has_run(source):
-        return SimulBenchFamily(spec, settings, templates, files, scripts=scripts_of_run(store, source))
+        scripts, perfect = scripts_of_run(store, source), perfect_scripts_of_run(store, source)
+        return SimulBenchFamily(spec, settings, templates, files, scripts=scripts, perfect=perfect)
     if payload is None:
         raise ApplianceError(
             f"scenario '{spec}': '{source}' is neither a file, a folder, a stored set nor a stored run"
@@ -113,7 +128,8 @@ def load_simulbench(
     if payload.get("format") == TASK_SET_FORMAT:
         return SimulBenchFamily(spec, settings, templates, files, tasks=TaskSet.model_validate(payload).tasks)
     if payload.get("format") == SCRIPT_SET_FORMAT:
-        return SimulBenchFamily(spec, settings, templates, files, scripts=ScriptSet.model_validate(payload).scripts)
+        scripts = ScriptSet.model_validate(payload).scripts
+        return SimulBenchFamily(spec, settings, templates, files, scripts=scripts, perfect=PUBLISHED)
     raise ApplianceError(f"scenario '{spec}': stored set '{source}' holds no SimulBench tasks or scripts")
 
 

@@ -27,9 +27,9 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
         ratings.add_row(row.player, _cell(row.all), _cell(row.hard), str(row.unrated), str(row.cut_replies))
     console.print(ratings)
     console.print(
-        f"Compared on {report.common_scripts} scripts rated for every model; {report.perfect_dropped} scripts "
-        f"every model answered perfectly were dropped (as in the paper); {report.incomplete_scripts} scripts "
-        "left out because some model has no rating."
+        f"Compared on {report.common_scripts} scripts rated for every model; {report.perfect_dropped} perfect "
+        f"scripts dropped as in the paper (perfect for every model that decided them: {report.perfect_decided_by}); "
+        f"{report.incomplete_scripts} scripts left out because some model has no rating."
     )
     breakdown = Table(title="breakdowns (mean [95% CI] n; task type on FirstChan scripts)", title_justify="left")
     for column in ("target", "by", "group", "rating"):

@@ -2,7 +2,11 @@
 down as the paper does, the hardest and simplest tasks, the pairwise win/tie/lose table, and what
 collection produced.
 
-As in the paper, scripts that every evaluated model answered perfectly are dropped (and counted).
+As in the paper, scripts that every evaluated model answered perfectly are dropped (and counted). Which
+scripts are perfect is a property of the script set, decided once by the players of the run that made
+it: a run that evaluates a stored run's scripts, or the published ones, applies the set stored with it
+(`PERFECT_SCRIPTS` in its family settings) to its own players, so a player's score does not depend on
+who else plays. A single player decides nothing: "perfect for every model" would be all its 10s.
 Models are compared on the same scripts: a script that some model has no rating for (its episode
 failed or no verdict parsed) is left out for every model and counted, never dropped for one model
 alone. Intervals resample tasks (a cluster bootstrap): scripts of one task are not independent.
@@ -21,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
+from appliance.scenarios.spec import family_of
 from appliance.stats import cluster_bootstrap_interval
 from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode
@@ -29,6 +34,10 @@ from appliance.store.run_view import RunView, StoredEpisode
 PERFECT = 10.0
 #: tasks listed at each end of the hardest/simplest table, per task type (the paper's Table 2)
 TASKS_SHOWN = 10
+#: a script set's perfect scripts are decided by at least this many players
+MIN_PLAYERS_FOR_PERFECT = 2
+#: the family settings a run stores when its scripts' perfect set was decided elsewhere
+PERFECT_SCRIPTS, PERFECT_DECIDED_BY = "perfect_scripts", "perfect_decided_by"
 
 
 class Cell(BaseModel):
@@ -94,6 +103,8 @@ class SimulBenchReport(BaseModel):
     #: scripts in the comparison: rated for every model and not perfect for all of them
     common_scripts: int
     perfect_dropped: int
+    #: whose ratings decided the perfect scripts (this run's players, another run's, the published study)
+    perfect_decided_by: str
     #: scripts left out because some model has no rating for them
     incomplete_scripts: int
     rows: list[TargetRow]
@@ -115,7 +126,7 @@ def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpiso
 @dataclass(frozen=True)
 class ComparedScripts:
     """The scripts a run's figures are computed on, the one definition the report, `compare` and the
-    page share: rated for every evaluated player, less those every player answered perfectly."""
+    page share: rated for every evaluated player, less the script set's perfect ones."""
 
     players: list[str]
     #: script -> its metadata (kind, task, turn, ...)
@@ -126,6 +137,7 @@ class ComparedScripts:
     unrated: Counter[str]
     complete: set[str]
     perfect: set[str]
+    perfect_decided_by: str
 
     @property
     def common(self) -> list[str]:
@@ -146,8 +158,29 @@ def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
         else:
             ratings[script][episode.player] = value
     complete = {s for s in scripts if set(ratings[s]) == set(players)}
-    perfect = {s for s in complete if all(v == PERFECT for v in ratings[s].values())}
-    return ComparedScripts(players, scripts, dict(ratings), unrated, complete, perfect)
+    stored = run.config.get("family_settings", {}).get(run.scenario, {})
+    if PERFECT_SCRIPTS in stored:  # decided when the script set was made, by other players
+        perfect, decided_by = set(stored[PERFECT_SCRIPTS]) & complete, str(stored.get(PERFECT_DECIDED_BY, "?"))
+    elif len(players) < MIN_PLAYERS_FOR_PERFECT:
+        perfect, decided_by = set(), f"nobody: run {run.run_id} has one player, and one player decides none"
+    else:
+        perfect = {s for s in complete if all(v == PERFECT for v in ratings[s].values())}
+        decided_by = f"the {len(players)} players of run {run.run_id}"
+    return ComparedScripts(players, scripts, dict(ratings), unrated, complete, perfect, decided_by)
+
+
+def perfect_scripts_of_run(store: Store, run_id: str) -> dict[str, object]:
+    """The perfect scripts of the scripts a stored run extracted, decided by that run's players, as the
+    family settings of a later run that evaluates them (see the module docstring)."""
+    perfect: set[str] = set()
+    deciders: set[str] = set()
+    for scenario in store.run(run_id).scenarios:
+        if family_of(scenario) == "simulbench":
+            view = RunView(store, run_id, scenario)
+            compared = compared_scripts(view, view.panel)
+            perfect |= compared.perfect
+            deciders.add(compared.perfect_decided_by)
+    return {PERFECT_SCRIPTS: sorted(perfect), PERFECT_DECIDED_BY: "; ".join(sorted(deciders))}
 
 
 def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
@@ -170,6 +203,7 @@ def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str
         panel=panel_name,
         common_scripts=len(common),
         perfect_dropped=len(perfect),
+        perfect_decided_by=compared.perfect_decided_by,
         incomplete_scripts=len(scripts) - len(complete),
         rows=rows,
         hardest_tasks=[row for rows in tasks for row in rows[:TASKS_SHOWN]],
