@@ -1,10 +1,15 @@
 """Stored runs in a canonical form, to show that a change of structure changed no figure.
 
-    python tests/golden_runs.py [--smollm2]   rewrites tests/data/golden_runs.json from this code
+    python -m tests.golden_runs --work DIR   rewrites tests/data/golden_runs.json from this code
 
 The scripted run of every family (the mock model echoes each request's seed, so any change in
 seeding, planning or judging shows) and a tiny run on the real SmolLM2 are dumped without run ids
 and timings: episodes, messages, verdicts and scores, in a stable order.
+
+The SmolLM2 run is kept per platform (`platform()`: llama.cpp's CPU features as built here): the
+same code samples other tokens where the matrix kernels differ (AVX-512 against AVX2 alone). A
+rewrite replaces this platform's entry and keeps the others; after a deliberate change of figures
+they are stale, so `--only-this-platform` drops them.
 """
 
 from __future__ import annotations
@@ -99,17 +104,33 @@ def smollm2_run(db: Path) -> dict[str, Any]:
         return canonical(store, summary.run_id)
 
 
+#: where the SmolLM2 runs are, by platform
+SMOLLM2 = "smollm2:pingpong"
+
+
+def platform() -> str:
+    """llama.cpp's CPU features as this build uses them: the same code samples the same tokens only on one."""
+    import llama_cpp
+
+    return " ".join(llama_cpp.llama_print_system_info().decode().split())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=GOLDEN)
     parser.add_argument("--work", type=Path, required=True, help="a folder for the stores")
+    parser.add_argument("--only-this-platform", action="store_true", help="drop other platforms' SmolLM2 runs")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    golden = {f"scripted:{name}": scripted_run(args.work / f"{name}.duckdb", name) for name in family_names()}
-    golden["smollm2:pingpong"] = smollm2_run(args.work / "smollm2.duckdb")
+    before = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
+    golden: dict[str, Any] = {
+        f"scripted:{name}": scripted_run(args.work / f"{name}.duckdb", name) for name in family_names()
+    }
+    others = {} if args.only_this_platform else before.get(SMOLLM2, {})
+    golden[SMOLLM2] = {**others, platform(): smollm2_run(args.work / "smollm2.duckdb")}
     args.out.write_text(json.dumps(golden, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    counts = ", ".join(f"{name} {len(run['episodes'])}" for name, run in golden.items())
-    print(f"{args.out}: {counts}")
+    counts = ", ".join(f"{name} {len(run['episodes'])}" for name, run in golden.items() if name != SMOLLM2)
+    print(f"{args.out}: {counts}; SmolLM2 runs of {len(golden[SMOLLM2])} platform(s)")
 
 
 if __name__ == "__main__":

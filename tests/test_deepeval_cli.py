@@ -79,6 +79,12 @@ def test_every_task_plays_one_episode_on_the_embedded_model(tmp_path: Path) -> N
     assert tables["self_judging"] == ["smollm2-135m"]  # the only player judges too: the report says so
     with duckdb.connect(db, read_only=True) as con:
         unparsed = con.execute("SELECT count(*) FROM judgments WHERE panel = 'smollm2' AND NOT parsed").fetchone()
+        calls = con.execute(
+            "SELECT count(*), count(DISTINCT raw_text), count(DISTINCT target_idx) FROM judgments"
+            " GROUP BY episode_id, judge"
+        ).fetchall()
+    # the referee rated both roles of code review and of translation in one verdict each (llama.cpp took the grammar)
+    assert calls == [(2, 1, 2), (2, 1, 2)]
     assert unparsed is not None and tables["unparsed_ratings"] == unparsed[0]
     shown = cli("report", run_id, "--db", db)
     assert "self-judging" in shown.stdout

@@ -161,7 +161,8 @@ def test_the_shipped_data_is_what_the_issue_asks_for() -> None:
 
 def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:
     """smollm2 plays well (invests everything, knows the lists, writes the reference solution,
-    approves), gemma3 badly (free-rides, gives up, writes junk, always objects); judges rate 7 and 5.
+    approves), gemma3 badly (free-rides, gives up, writes junk, always objects); the smollm2 judge rates
+    the first role 7 and the second 5, the gemma3 judge 5 and 3.
     Public goods investments alternate with the repetition, so those payoffs never settle."""
     name = spec.name
     references = {problem.description: problem.reference for problem in PROBLEMS}
@@ -171,7 +172,10 @@ def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Scri
         episode, seat, _ = conversation_of(request).rsplit("/", 2)
         text = "\n".join(message.content for message in request.messages)
         if seat.startswith("judge-"):
-            return '{"score": 7}' if good else '{"score": 5}'
+            first, second = re.findall(r'\\"(\w+)\\": \{', request.grammar or "")
+            scores = (7, 5) if good else (5, 3)
+            verdict = {role: {"evaluation": "e", "score": s} for role, s in zip((first, second), scores, strict=True)}
+            return json.dumps(verdict)
         if seat.startswith("Player") and request.grammar is not None:
             repetition = int(re.findall(r"/r(\d+):", episode)[-1])
             return json.dumps({"reason": "r", "amount": 10 if good and repetition % 2 == 0 else 0})
@@ -223,6 +227,10 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
         reading = Panel(name="lik", judges=["gemma3-270m"], judging="likelihood")
         rescore_run(store, catalog, summary.run_id, reading, backend_factory=factory)
         read = store.query("SELECT DISTINCT mode, template FROM judgments WHERE panel = 'lik'")
+        calls = store.query(
+            "SELECT count(*), count(DISTINCT raw_text), count(DISTINCT target_idx) FROM judgments"
+            " WHERE panel = 'p' GROUP BY episode_id, judge"
+        )
         by_reading = build_deepeval_report(store, summary.run_id, "deepeval", panel="lik")
         pools = store.query("SELECT metadata FROM episodes WHERE run_id = ?", [summary.run_id])
     assert summary.episodes_total == 6 * 2 and summary.episodes_failed == 0  # 6 tasks x both orders of the pair
@@ -235,10 +243,14 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert payoff[("idiom_chain", "smollm2-135m", "player")] == (1.0, 2)
     assert payoff[("word_chain", "gemma3-270m", "player")] == (0.0, 2)
     roles = {(row.task, row.model, row.role): row for row in report.asymmetric}
-    assert roles[("code_review", "smollm2-135m", "programmer")].payoff.mean == 1.0
-    assert roles[("code_review", "gemma3-270m", "programmer")].payoff.mean == 0.0
-    assert roles[("code_review", "gemma3-270m", "reviewer")].payoff.mean == 6.0  # judges' 7 and 5
-    assert roles[("code_review", "smollm2-135m", "programmer")].extras == {"rating:programmer": 6.0}
+    # both roles are paid the referee's rating (the judges' 7 and 5, 5 and 3); tests passed beside it
+    assert roles[("code_review", "smollm2-135m", "programmer")].payoff.mean == 6.0
+    assert roles[("code_review", "gemma3-270m", "reviewer")].payoff.mean == 4.0
+    assert roles[("code_review", "smollm2-135m", "programmer")].extras == {"tests:programmer": 1.0}
+    assert roles[("code_review", "gemma3-270m", "programmer")].extras == {"tests:programmer": 0.0}
+    assert roles[("translation", "gemma3-270m", "translator")].payoff.mean == 6.0
+    # each judge rated both roles of an episode in one call: two records (one per role's last message), one text
+    assert len(calls) == 4 * 2 and set(calls) == {(2, 1, 2)}
     assert {role for (task, _, role) in roles if task == "translation"} == {"translator", "proofreader"}
     # another panel re-rates the writer-editor roles from the stored transcripts; the games keep their rule scores
     assert rescored.episodes == 12
@@ -246,9 +258,9 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert (
         again[("code_review", "gemma3-270m", "reviewer")]
         == again[("translation", "smollm2-135m", "proofreader")]
-        == 5.0
+        == 3.0
     )
-    assert again[("code_review", "smollm2-135m", "programmer")] == 1.0
+    assert again[("code_review", "smollm2-135m", "programmer")] == 5.0
     assert [row.payoff.mean for row in by_gemma.symmetric] == [row.payoff.mean for row in report.symmetric]
     # a panel that reads probabilities reads the role ratings (nothing sampled): scores between the integers
     assert read == [("expected", "deepeval_role_rating")]
@@ -306,11 +318,11 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
     # self-play public goods alternates 80 (all give 10) and 50 coins: never stable, so played to max
     assert needed["public_goods_mode1"] == (4, False) and needed["public_goods_mode2"] == (4, False)
-    # outcomes (chain points, the share of tests passed) are judged by a Wilson interval: two
-    # identical results are not enough; the judges' constant ratings of the translation are
-    assert needed["idiom_chain"] == needed["code_review"] == (4, False)
-    assert needed["translation"] == (2, True)
-    assert summary.episodes_total == 6 * 2 + 5 * 2 and summary.episodes_failed == 0
+    # outcomes (chain points) are judged by a Wilson interval: two identical results are not enough;
+    # the judges' constant ratings of both writer-editor tasks are
+    assert needed["idiom_chain"] == (4, False)
+    assert needed["code_review"] == needed["translation"] == (2, True)
+    assert summary.episodes_total == 6 * 2 + 4 * 2 and summary.episodes_failed == 0
     assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
     # the report reads the rules stored with the run, not the file as it is now
     (folder / "deepeval.toml").write_text(settings.replace("tolerance = 0.1", "tolerance = 0.5"), encoding="utf-8")

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from appliance.engine.types import GenerationRequest
+from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest, TokenScores
 from appliance.errors import ApplianceError
 from appliance.judging.templates import (
     LikertTemplate,
     PairwiseTemplate,
     RatingTemplate,
+    RolesTemplate,
     YesNoTemplate,
     load_conversation_template,
     load_judge_template,
     load_likert_template,
+    load_roles_template,
 )
 from appliance.judging.verdicts import PairVerdict, combine_orders, verdict_records
 
@@ -34,7 +38,7 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
     modes = {
         path.stem: load_judge_template(path).mode
         for path in JUDGES.glob("*.toml")
-        if path.stem not in ("panels", "pingpong_conversation")
+        if path.stem not in ("panels", "pingpong_conversation", "deepeval_role_rating")
     }
     assert modes == {
         "pingpong_likert": "likert",
@@ -45,7 +49,6 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "yesno_check": "yesno",
         "challenging_turn": "yesno",
         "simulbench_rating": "rating",
-        "deepeval_role_rating": "rating",
         "turn_likelihood": "likelihood",
         "turn_followups": "likelihood",
         "dialogue_likelihood": "likelihood",
@@ -180,7 +183,6 @@ def _pair_verdict(respond: Callable[[GenerationRequest], str]) -> PairVerdict:
     import asyncio
 
     from appliance.client import RoleBinding
-    from appliance.engine.scripted import ScriptedBackend
     from appliance.episodes import EpisodeContext
     from appliance.judging.verdicts import judge_pair
     from appliance.scheduler import Scheduler
@@ -255,3 +257,70 @@ def test_simulbenchs_pairwise_judge_explains_before_its_choice() -> None:
     assert "real interface" in template.system and "order in which the replies are shown" in template.system
     with pytest.raises(ValueError, match="max_tokens must hold reasoning_chars"):
         PairwiseTemplate(name="x", system="s", user="u", reasoning_chars=300, max_tokens=64)
+
+
+def _rate_roles(backend: ScriptedBackend, template: RolesTemplate, *, reads: bool) -> dict[str, float | None]:
+    """One judge rates the Programmer and the Reviewer (last messages 3 and 4) in one verdict."""
+    import asyncio
+
+    from appliance.client import RoleBinding
+    from appliance.episodes import EpisodeContext
+    from appliance.judging.verdicts import ask_roles
+    from appliance.scheduler import Scheduler
+
+    scheduler = Scheduler({"j": backend})
+    likelihood = "turn_followups" if reads else None
+    ctx = EpisodeContext("e", 0, scheduler, {"judge:j": RoleBinding("j")}, likelihood_template=likelihood)
+    variables = {"task": "t", "roles": "Programmer and the Reviewer", "criteria": "c", "transcript": "x"}
+
+    async def run() -> dict[str, float | None]:
+        work = asyncio.ensure_future(
+            ask_roles(ctx, template, variables, {"Programmer": 3, "Reviewer": 4}, judge_model="j", panel="p")
+        )
+        await scheduler.drive(work)
+        return await work
+
+    verdict = asyncio.run(run())
+    assert [(j.target_idx, j.score) for j in ctx.judgments] == [(3, verdict["Programmer"]), (4, verdict["Reviewer"])]
+    return verdict
+
+
+def test_deepevals_referee_rates_both_roles_in_one_verdict_with_a_basis_for_each() -> None:
+    template = load_roles_template(JUDGES / "deepeval_role_rating.toml")
+    assert template.reasoning_chars > 0
+    roles = ["Programmer", "Reviewer"]
+    grammar = template.grammar(roles)
+    assert grammar.index("Programmer") < grammar.index("evaluation") < grammar.index("Reviewer")
+    both = '{"Programmer": {"evaluation": "solves it", "score": 8}, "Reviewer": {"evaluation": "vague", "score": 3}}'
+    assert template.parse_roles(both, roles) == {"Programmer": 8.0, "Reviewer": 3.0}
+    assert template.parse_roles('{"Programmer": {"evaluation": "cut sh', roles) is None
+    assert template.parse_roles('{"Programmer": {"score": 8}, "Reviewer": {"score": 11}}', roles) is None
+    with pytest.raises(ValueError, match="identifier"):
+        template.grammar(["Pro grammer", "Reviewer"])
+    # sampled: the samples that parse are averaged role by role, and one call carries both roles
+    replies = iter([both, "{", both.replace('"score": 8', '"score": 6')])
+    sampled = ScriptedBackend("j", lambda request: next(replies))
+    assert _rate_roles(sampled, template, reads=False) == {"Programmer": 7.0, "Reviewer": 3.0}
+    assert len(sampled.requests) == template.samples == 3
+    assert all(request.grammar == grammar for request in sampled.requests)
+
+
+def test_a_likelihood_panel_reads_the_roles_one_after_the_other() -> None:
+    """Hand-set log-probabilities on a 1-2 scale: the Programmer's 1 and 2 at 1/4 and 3/4 give 1.75 and
+    the verdict continues with its most probable 2; the Reviewer's then at 3/4 and 1/4 give 1.25."""
+    template = RolesTemplate(name="r", system="{roles} {criteria}", user="{task} {transcript}", scale_max=2)
+    scored = {
+        '{"Programmer": {"score": 1}}': math.log(1 / 4),
+        '{"Programmer": {"score": 2}}': math.log(3 / 4),
+        '{"Programmer": {"score": 2}, "Reviewer": {"score": 1}}': math.log(3 / 4),
+        '{"Programmer": {"score": 2}, "Reviewer": {"score": 2}}': math.log(1 / 4),
+    }
+
+    def scorer(request: GenerationRequest) -> TokenScores:
+        assert request.scoring is not None
+        return TokenScores(token_logprobs=(scored[request.scoring.continuation],), choice_logprobs=())
+
+    backend = ScriptedBackend("j", lambda request: "unused: nothing is sampled", scorer=scorer)
+    verdict = _rate_roles(backend, template, reads=True)
+    assert verdict["Programmer"] == pytest.approx(1.75) and verdict["Reviewer"] == pytest.approx(1.25)
+    assert len(backend.requests) == 4 and all(request.scoring is not None for request in backend.requests)

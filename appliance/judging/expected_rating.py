@@ -17,6 +17,11 @@ panel's majority becomes a mean P(yes) above one half); `{"better": "A"}`, `"B"`
 give a distribution whose most probable choice is the verdict (+1, -1 or 0, so the outcome of
 both orders is decided as for sampled verdicts), with P(A) - P(B) and each probability stored.
 
+A roles verdict (DeepEval's referee rates every role of a collaboration in one call) is read role
+by role: the first role's value over `{"Programmer": {"score": n}`, the next over the same object
+with the first role's most probable value written in, and so on, as the judge would continue its
+own verdict. The evaluation each role's score follows is not written (read without reasoning).
+
 Prefill only: the prompt is shared by all of a verdict's requests, so the engine computes it
 once and each value costs a few tokens.
 """
@@ -25,13 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from appliance.client import ModelClient
 from appliance.episodes import EpisodeContext
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring_templates import EXPECTED, expected_score, scale_distribution
-from appliance.judging.templates import RATING, PairwiseTemplate, RatingTemplate, YesNoTemplate, judge_messages
+from appliance.judging.templates import (
+    RATING,
+    PairwiseTemplate,
+    RatingTemplate,
+    RolesTemplate,
+    YesNoTemplate,
+    judge_messages,
+)
 from appliance.store.records import JudgmentRecord
 
 #: the `mode` of the verdict rows a read rating writes (a sampled one writes "rating")
@@ -115,3 +127,58 @@ async def read_verdict(
     )
     ctx.judgments.append(record)
     return [record]
+
+
+def roles_verdict_text(written: Sequence[tuple[str, int]], role: str, value: int) -> str:
+    """The start of a roles verdict up to `role`'s score `value` (the roles before it already written)."""
+    entries = [f'"{name}": {{"{RATING}": {score}}}' for name, score in (*written, (role, value))]
+    return "{" + ", ".join(entries) + "}"
+
+
+async def read_roles(
+    ctx: EpisodeContext,
+    template: RolesTemplate,
+    variables: dict[str, str],
+    targets: Mapping[str, int],
+    *,
+    judge_model: str,
+    panel: str,
+) -> dict[str, float | None]:
+    """Each role's probability-weighted score (see the module docstring); one record per role."""
+    messages = judge_messages(template, variables)
+    values = list(range(template.scale_min, template.scale_max + 1))
+    written: list[tuple[str, int]] = []
+    read: dict[str, float | None] = {}
+    for role, target_idx in targets.items():
+        scores = await asyncio.gather(
+            *(
+                ctx.client.score(
+                    "judge",
+                    messages,
+                    continuation=roles_verdict_text(written, role, value),
+                    model=judge_model,
+                    conversation=f"judge-roles-{len(written)}-p{value}",
+                )
+                for value in values
+            )
+        )
+        totals = [sum(s.token_logprobs) for s in scores]
+        distribution = expected_score(totals, template.scale_min) | {
+            f"p_{value}": p for value, p in zip(values, scale_distribution(totals), strict=True)
+        }
+        written.append((role, values[totals.index(max(totals))]))
+        read[role] = distribution[EXPECTED]
+        ctx.judgments.append(
+            JudgmentRecord(
+                panel=panel,
+                judge=judge_model,
+                mode=EXPECTED_RATING_MODE,
+                template=template.name,
+                target_idx=target_idx,
+                criterion=RATING,
+                score=distribution[EXPECTED],
+                raw_text=json.dumps(distribution),
+                parsed=True,
+            )
+        )
+    return read

@@ -7,7 +7,9 @@ be cut short by the token limit. The four modes:
 - `likert`: several criteria on a small digit scale, plus a refusal flag (PingPong);
 - `rating`: one score on a wider scale, e.g. 1-10, with a rubric (SimulBench);
 - `pairwise`: which of two responses is better, A, B or tie (asked in both orders);
-- `yesno`: a single yes/no check.
+- `yesno`: a single yes/no check;
+- `roles`: every role of a collaboration rated in one verdict, each with the basis of its score
+  (DeepEval's referee).
 
 Two more modes read probabilities instead of sampling (`scoring_templates.py`): `likelihood`
 and `expected`.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -322,11 +325,66 @@ class YesNoTemplate(_TemplateBase):
         return 0.0, 1.0
 
 
+class RolesTemplate(_TemplateBase):
+    """Every role of a collaboration rated in one verdict, each with the basis of its score first:
+    `{"Programmer": {"evaluation": "...", "score": n}, "Reviewer": {...}}` (DeepEval's referee, which
+    rates writer and editor together). The roles are the task's, given with each call, so one template
+    serves every writer-editor task; `samples` verdicts are averaged role by role."""
+
+    mode: Literal["roles"] = "roles"
+    scale_min: int = Field(default=1, ge=0)
+    scale_max: int = Field(default=10, le=100)
+    #: the most characters of evaluation (the stated basis) before each role's score (0: scores only)
+    reasoning_chars: int = Field(default=150, ge=0, le=2000)
+
+    @model_validator(mode="after")
+    def _check(self) -> RolesTemplate:
+        if self.scale_min >= self.scale_max:
+            raise ValueError("scale_min must be below scale_max")
+        return self
+
+    def budget(self, roles: int) -> int:
+        """Tokens that always hold the whole verdict: a reasoning character is at most one token."""
+        return roles * (self.reasoning_chars + 24) + 8
+
+    def grammar(self, roles: Sequence[str]) -> str:
+        """One object per role, in order, the evaluation (bounded in characters) before the score."""
+        for role in roles:
+            if not role.isidentifier():
+                raise ValueError(f"role '{role}' must be an identifier")
+        values = " | ".join(f'"{value}"' for value in range(self.scale_max, self.scale_min - 1, -1))
+        chars = self.reasoning_chars
+        basis = f'"\\"evaluation\\": \\"" [^"\\\\\\n]{{0,{chars}}} "\\", " ' if chars else ""
+        verdicts = ' ", " '.join(f'"\\"{role}\\": {{" {basis}"\\"{RATING}\\": " value "}}"' for role in roles)
+        return f'root ::= "{{" {verdicts} "}}"\nvalue ::= {values}'
+
+    def parse_roles(self, text: str, roles: Sequence[str]) -> dict[str, float] | None:
+        """Each role's score, or None when the reply is cut short or a role's score is missing."""
+        data = self._load_json(text)
+        if data is None:
+            return None
+        verdict: dict[str, float] = {}
+        for role in roles:
+            entry = data.get(role)
+            value = _number_in(entry.get(RATING), self.scale_min, self.scale_max) if isinstance(entry, dict) else None
+            if value is None:
+                return None
+            verdict[role] = value
+        return verdict
+
+    def parse_role_samples(self, texts: list[str], roles: Sequence[str]) -> dict[str, float] | None:
+        """The mean of the verdicts that parse, role by role; None if none parses."""
+        verdicts = [v for v in (self.parse_roles(text, roles) for text in texts) if v is not None]
+        if not verdicts:
+            return None
+        return {role: sum(v[role] for v in verdicts) / len(verdicts) for role in roles}
+
+
 #: the templates whose verdict is sampled text, parsed
 SampledTemplate = LikertTemplate | RatingTemplate | PairwiseTemplate | YesNoTemplate
 
 
-def judge_messages(template: SampledTemplate, variables: dict[str, str]) -> list[Message]:
+def judge_messages(template: SampledTemplate | RolesTemplate, variables: dict[str, str]) -> list[Message]:
     """The judge's chat: the template's system and user prompts, filled."""
     source = f"judges/{template.name}.toml"
     return [
@@ -363,12 +421,26 @@ def load_likert_template(path: Path) -> LikertTemplate:
 
 
 def load_conversation_template(path: Path) -> ConversationTemplate:
+    template = _load_own_mode(path, "conversation", ConversationTemplate)
+    assert isinstance(template, ConversationTemplate)
+    return template
+
+
+def load_roles_template(path: Path) -> RolesTemplate:
+    template = _load_own_mode(path, "roles", RolesTemplate)
+    assert isinstance(template, RolesTemplate)
+    return template
+
+
+def _load_own_mode(path: Path, mode: str, kind: type[ConversationTemplate | RolesTemplate]) -> _TemplateBase:
+    """A template of a mode that only its family uses (its grammar needs the episode's turns or roles),
+    kept out of `JudgeTemplate`, which calibrations and label sets take."""
     raw = read_toml(path, "judge template")
-    mode = raw.pop("mode", "likert")
-    if mode != "conversation":
-        raise ApplianceError(f"{path}: field 'mode': expected 'conversation', found '{mode}'")
+    found = raw.pop("mode", "likert")
+    if found != mode:
+        raise ApplianceError(f"{path}: field 'mode': expected '{mode}', found '{found}'")
     try:
-        return ConversationTemplate(name=path.stem, **raw)
+        return kind(name=path.stem, **raw)
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(path, error)) from None
     except TypeError as error:

@@ -9,19 +9,21 @@ wins in both orders.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from appliance.client import ModelClient
-from appliance.engine.types import Sampling
+from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
-from appliance.judging.expected_rating import read_verdict
+from appliance.judging.expected_rating import read_roles, read_verdict
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.templates import (
     PREFERENCE,
+    RATING,
     PairwiseTemplate,
     RatingTemplate,
+    RolesTemplate,
     SampledTemplate,
     YesNoTemplate,
     judge_messages,
@@ -75,15 +77,30 @@ async def judge_replies(
     `reserve_output`: a prompt that leaves no room for the verdict raises `EpisodeFailed` (see
     `GenerationRequest.reserve_output`), so the caller can shorten it.
     """
-    messages = judge_messages(template, variables)
     sampling = Sampling(temperature=template.temperature, max_tokens=template.max_tokens)
+    messages = judge_messages(template, variables)
+    grammar = template.grammar()
+    return await _sample(client, template, messages, sampling, grammar, judge_model, conversation, reserve_output)
+
+
+async def _sample(
+    client: ModelClient,
+    template: SampledTemplate | RolesTemplate,
+    messages: list[Message],
+    sampling: Sampling,
+    grammar: str,
+    judge_model: str,
+    conversation: str,
+    reserve_output: bool = False,
+) -> list[str]:
+    """`template.samples` replies to one prompt; they go out together, so the engine prefills it once."""
     completions = await asyncio.gather(
         *(
             client.generate(
                 "judge",
                 messages,
                 sampling=sampling,
-                grammar=template.grammar(),
+                grammar=grammar,
                 model=judge_model,
                 conversation=f"{conversation}-s{sample}",
                 reserve_output=reserve_output,
@@ -140,6 +157,42 @@ async def ask_judge(
     )
     ctx.judgments.extend(records)
     return records
+
+
+async def ask_roles(
+    ctx: EpisodeContext,
+    template: RolesTemplate,
+    variables: dict[str, str],
+    targets: Mapping[str, int],
+    *,
+    judge_model: str,
+    panel: str,
+) -> dict[str, float | None]:
+    """One judge rates every role of `targets` (role -> the index of its last message) in one call;
+    one record per role is added to the episode. Under a panel that reads probabilities, the scores
+    are read role by role (`read_roles`), not sampled."""
+    roles = list(targets)
+    if ctx.likelihood_template is not None:
+        return await read_roles(ctx, template, variables, targets, judge_model=judge_model, panel=panel)
+    sampling = Sampling(temperature=template.temperature, max_tokens=template.budget(len(roles)))
+    messages = judge_messages(template, variables)
+    texts = await _sample(ctx.client, template, messages, sampling, template.grammar(roles), judge_model, "judge-roles")
+    verdict = template.parse_role_samples(texts, roles)
+    ctx.judgments.extend(
+        JudgmentRecord(
+            panel=panel,
+            judge=judge_model,
+            mode=template.mode,
+            template=template.name,
+            target_idx=targets[role],
+            criterion=RATING,
+            score=None if verdict is None else verdict[role],
+            raw_text="\n".join(texts),
+            parsed=verdict is not None,
+        )
+        for role in roles
+    )
+    return {role: None if verdict is None else verdict[role] for role in roles}
 
 
 @dataclass(frozen=True)

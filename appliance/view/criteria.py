@@ -16,8 +16,10 @@ from appliance.judging.templates import (
     ConversationTemplate,
     LikertTemplate,
     RatingTemplate,
+    RolesTemplate,
     load_conversation_template,
     load_judge_template,
+    load_roles_template,
 )
 from appliance.tomlfile import read_toml
 
@@ -34,10 +36,13 @@ DEFAULT_CRITERIA = [LabelCriterion("overall", 1, 5)]
 NOT_RATED = {"refusal", "reasoning"}
 
 
-def _template(path: Path) -> LikertTemplate | RatingTemplate | ConversationTemplate | None:
+def _template(path: Path) -> LikertTemplate | RatingTemplate | ConversationTemplate | RolesTemplate | None:
     try:
-        if read_toml(path, "judge template").get("mode") == "conversation":
+        mode = read_toml(path, "judge template").get("mode")
+        if mode == "conversation":
             return load_conversation_template(path)
+        if mode == "roles":
+            return load_roles_template(path)
         template = load_judge_template(path)
     except ApplianceError:
         return None
@@ -53,7 +58,7 @@ def criteria_of_templates(templates: Iterable[str], judged: set[str], judges_dir
         if isinstance(template, LikertTemplate | ConversationTemplate):
             for criterion in template.criteria:
                 found.setdefault(criterion, LabelCriterion(criterion, template.scale_min, template.scale_max))
-        elif isinstance(template, RatingTemplate):
+        elif isinstance(template, RatingTemplate | RolesTemplate):
             for criterion in sorted(judged - NOT_RATED):
                 found.setdefault(criterion, LabelCriterion(criterion, template.scale_min, template.scale_max))
     return list(found.values()) or DEFAULT_CRITERIA

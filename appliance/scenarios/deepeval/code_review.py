@@ -5,7 +5,8 @@ the done word or `max_reviews` reviews were given, the Reviewer reviews and
 the Programmer revises. The final code runs against the problem's tests in
 the sandbox (appliance/sandbox: kernel isolation, values compared outside);
 the first version is run too, so a review's effect on the tests is measured.
-The panel then rates both roles.
+The panel then rates both roles, and those ratings are both roles' payoffs, as in
+the paper; the share of tests passed is reported beside them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
-from appliance.judging.templates import RatingTemplate
+from appliance.judging.templates import RolesTemplate
 from appliance.sandbox.cases import TestCase
 from appliance.sandbox.run import Isolation, TestRun, run_tests
 from appliance.scenarios.base import RULE_SCORER
@@ -113,7 +114,7 @@ async def judge_code_review(
     ctx: EpisodeContext,
     settings: DeepEvalSettings,
     problem: CodeProblem,
-    template: RatingTemplate,
+    template: RolesTemplate,
     judges: list[str],
     panel: str,
 ) -> None:

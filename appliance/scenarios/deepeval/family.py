@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from appliance.episodes import EpisodeContext
-from appliance.errors import ApplianceError
-from appliance.judging.templates import RatingTemplate, load_judge_template
+from appliance.judging.templates import load_roles_template
 from appliance.run_config import SupportRole
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
@@ -53,10 +52,7 @@ class DeepEvalData:
         self.words = read_word_list(folder / "words.txt", "english", noun_dictionary())
         self.problems = {p.id: p for p in load_problems(folder / "code_problems.toml")}
         self.passages = {p.id: p for p in load_passages(folder / "passages.toml")}
-        template = load_judge_template(judges_folder / f"{JUDGE_TEMPLATE}.toml")
-        if not isinstance(template, RatingTemplate):
-            raise ApplianceError(f"judges/{JUDGE_TEMPLATE}.toml: field 'mode' must be 'rating' for DeepEval")
-        self.template = template
+        self.template = load_roles_template(judges_folder / f"{JUDGE_TEMPLATE}.toml")
         names = ["deepeval.toml", "idioms.txt", "words.txt", "code_problems.toml", "passages.toml"]
         self.files = [*(folder / name for name in names), judges_folder / f"{JUDGE_TEMPLATE}.toml"]
         rng = random.Random(seed)

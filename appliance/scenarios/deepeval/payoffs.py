@@ -4,7 +4,7 @@ A task is repeated until every payoff mean of it is stable: its interval
 (`confidence`) is no wider than `tolerance` x the payoff's range on either
 side. The interval fits the payoff's kind: a bootstrap interval of the mean
 for amounts (coins, ratings), a Wilson score interval for outcomes in 0..1
-(wins, the share of tests passed), so that three identical wins are not
+(win/draw/loss points), so that three identical wins are not
 "stable" the way a bootstrap of identical values would say. Both the runner
 (deciding whether to play more repetitions) and the report read payoffs the
 same way, here.

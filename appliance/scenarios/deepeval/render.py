@@ -135,8 +135,9 @@ def _print_notes(console: Console, report: DeepEvalReport) -> None:
     if report.settings_source == "files":
         say("This run did not store its settings: the rules above are read from the files as they are now.")
     say(
-        "Payoffs: coins owned at the end (public goods), 1 win / 0.5 draw / 0 loss (chains), share of tests "
-        "passed (programmer), the panel's 1-10 rating (reviewer, translator, proofreader). Stable: the "
+        "Payoffs: coins owned at the end (public goods), 1 win / 0.5 draw / 0 loss (chains), the panel's 1-10 "
+        "rating (programmer, reviewer, translator, proofreader; the share of tests passed is shown beside)."
+        " Stable: the "
         f"{report.confidence:.0%} interval's half-width (±) is at most {report.tolerance:g} x the payoff's range "
         "(a Wilson interval for outcomes in 0..1, a bootstrap interval for amounts)."
     )

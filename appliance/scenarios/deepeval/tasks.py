@@ -2,9 +2,9 @@
 
 A payoff's kind decides how its stability is judged (`payoffs.py`): an
 *amount* (coins, a 1-10 rating) by the bootstrap interval of its mean against
-its range, an *outcome* (win/draw/loss points, the share of tests passed:
-values in 0..1) by the Wilson interval of a proportion, which a run of
-identical results does not make zero-wide.
+its range, an *outcome* (win/draw/loss points: values in 0..1) by the Wilson
+interval of a proportion, which a run of identical results does not make
+zero-wide.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def task_specs(public_goods: PublicGoods, players: int) -> list[TaskSpec]:
         TaskSpec("idiom_chain", "idiom chain (Chinese)", True, {"player": points}, {"player": ("hits",)}),
         TaskSpec("word_chain", "word chain (English)", True, {"player": points}, {"player": ("hits",)}),
         TaskSpec("code_review", "code review", False,
-                 {"programmer": Payoff("tests:programmer", "outcome", 1.0),
+                 {"programmer": Payoff("rating:programmer", "amount", RATING_RANGE),
                   "reviewer": Payoff("rating:reviewer", "amount", RATING_RANGE)},
-                 {"programmer": ("rating:programmer",), "reviewer": ("gain:reviewer",)}),
+                 {"programmer": ("tests:programmer",), "reviewer": ("gain:reviewer",)}),
         TaskSpec("translation", "translation", False,
                  {"translator": Payoff("rating:translator", "amount", RATING_RANGE),
                   "proofreader": Payoff("rating:proofreader", "amount", RATING_RANGE)}),

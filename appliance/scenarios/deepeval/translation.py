@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
-from appliance.judging.templates import RatingTemplate
+from appliance.judging.templates import RolesTemplate
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
 from appliance.scenarios.deepeval.writer_editor import rate_roles
@@ -59,7 +59,7 @@ async def judge_translation(
     ctx: EpisodeContext,
     settings: DeepEvalSettings,
     passage: Passage,
-    template: RatingTemplate,
+    template: RolesTemplate,
     judges: list[str],
     panel: str,
 ) -> None:

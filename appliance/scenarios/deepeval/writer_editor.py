@@ -1,8 +1,9 @@
-"""What the two writer-editor tasks share: the judge panel rates each role on the whole exchange.
+"""What the two writer-editor tasks share: each judge of the panel rates both roles in one call.
 
-The exchange is rebuilt from the stored transcript (messages whose speaker is
-a role's seat), so a stored run can be judged again by another panel. Judges
-see role names only, never model names.
+As the paper's referee does, a judge reads the whole exchange once and gives every role a score
+from 1 to 10 with the basis of that score (`judges/deepeval_role_rating.toml`, mode `roles`). The
+exchange is rebuilt from the stored transcript (messages whose speaker is a role's seat), so a
+stored run can be judged again by another panel. Judges see role names only, never model names.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from statistics import mean
 
 from appliance.client import EpisodeFailed
 from appliance.episodes import EpisodeContext
-from appliance.judging.templates import RatingTemplate
-from appliance.judging.verdicts import ask_judge
+from appliance.judging.templates import RolesTemplate
+from appliance.judging.verdicts import ask_roles
 from appliance.store.records import ScoreRecord
 
 
@@ -29,18 +30,20 @@ def exchange_text(ctx: EpisodeContext, roles: list[str]) -> str:
 
 async def rate_roles(
     ctx: EpisodeContext,
-    template: RatingTemplate,
+    template: RolesTemplate,
     *,
     task: str,
     criteria: dict[str, str],
     judges: list[str],
     panel: str,
 ) -> None:
-    """Every judge rates every role (`criteria`: role -> what to judge); adds `rating:<role>` scores,
-    the mean of the judges whose verdict parsed, for the model that wrote the role's messages.
+    """Every judge rates every role in one verdict (`criteria`: role -> what to judge, in the order the
+    roles are rated); adds `rating:<role>` scores, the mean of the judges whose verdict parsed, for
+    the model that wrote the role's messages.
 
-    With `ctx.exclude_self_judging`, a judge does not rate a role its own model wrote; the other
-    judges score it, and a role no other judge can rate gets no rating (stored as None)."""
+    With `ctx.exclude_self_judging`, a judge's score of a role its own model wrote is left out of that
+    role's rating (a judge that wrote every role is not asked); a role no other judge can rate gets
+    no rating (stored as None)."""
     roles = list(criteria)
     transcript = exchange_text(ctx, roles)
     last = {m.speaker: m.idx for m in ctx.messages if m.speaker in roles}
@@ -53,22 +56,23 @@ async def rate_roles(
         ctx.metadata["excluded_self_judges"] = {
             role: [judge for judge in judges if judge not in raters[role]] for role in roles
         }
-    asks = [
-        ask_judge(
-            ctx,
-            template,
-            {"task": task, "role": role, "criteria": criteria[role], "transcript": transcript},
-            judge_model=judge,
-            panel=panel,
-            target_idx=last[role],
-        )
-        for role in roles
-        for judge in raters[role]
-    ]
-    verdicts = iter(await asyncio.gather(*asks))
+    variables = {
+        "task": task,
+        "roles": " and the ".join(roles),
+        "criteria": "\n".join(f"{number}. {role}: {criteria[role]}" for number, role in enumerate(roles, 1)),
+        "transcript": transcript,
+    }
+    asked = [judge for judge in judges if any(judge in raters[role] for role in roles)]
+    targets = {role: last[role] for role in roles}
+    verdicts = await asyncio.gather(
+        *(ask_roles(ctx, template, variables, targets, judge_model=judge, panel=panel) for judge in asked)
+    )
     for role in roles:
-        own = [next(verdicts) for _ in raters[role]]
-        values = [record.score for records in own for record in records if record.score is not None]
+        values = [
+            score
+            for judge, verdict in zip(asked, verdicts, strict=True)
+            if judge in raters[role] and (score := verdict[role]) is not None
+        ]
         ctx.scores.append(
             ScoreRecord(
                 panel=panel,
