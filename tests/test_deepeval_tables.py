@@ -42,12 +42,12 @@ def test_each_payoff_kind_has_its_own_stability_rule() -> None:
     rule = Repetitions()  # 95%, tolerance 0.1
     specs = {spec.id: spec for spec in task_specs(SETTINGS.public_goods, players=2)}
     chain = specs["idiom_chain"].payoffs["player"]
-    tests = specs["code_review"].payoffs["programmer"]
+    programmer = specs["code_review"].payoffs["programmer"]
     rating = specs["translation"].payoffs["translator"]
-    # three identical wins, or three programs passing every test, are not yet a stable estimate
+    # three identical wins are not yet a stable estimate
     assert not stability([1.0, 1.0, 1.0], chain, rule).stable
-    assert tests.kind == "outcome" and tests.range == 1.0  # a share of tests passed, not a 1-10 rating
-    assert not stability([1.0, 1.0, 1.0], tests, rule).stable
+    # the programmer is paid the referee's 1-10 rating, as in the paper's Table 3 (tests passed beside it)
+    assert (programmer.metric, programmer.kind, programmer.range) == ("rating:programmer", "amount", 9.0)
     # identical outcomes: half-width z^2 / 2(n + z^2) reaches 0.1 at n = 16
     assert not stability([1.0] * 15, chain, rule).stable and stability([1.0] * 16, chain, rule).stable
     # a rating is an amount: judged by its bootstrap interval against the 9-point range
@@ -128,13 +128,13 @@ def test_the_papers_tables_from_a_scripted_run(tmp_path: Path) -> None:
     second = positions[("idiom_chain", "gemma3-270m", "smollm2-135m")]
     assert (second.early_win, second.late_win, second.early_hits, second.late_hits) == (0, 1, 0, 0)
     matrix = {(c.task, c.models): c.payoffs for c in report.role_matrices}
-    # programmer smollm writes the reference (all tests pass); the judges rate 7 (smollm) and 5 (gemma)
-    assert matrix[("code_review", ("smollm2-135m", "gemma3-270m"))] == {"programmer": 1.0, "reviewer": 6.0}
-    assert matrix[("code_review", ("gemma3-270m", "smollm2-135m"))] == {"programmer": 0.0, "reviewer": 6.0}
+    # the judges rate the first role 7 (smollm) and 5 (gemma), the second 5 and 3, whoever plays
+    assert matrix[("code_review", ("smollm2-135m", "gemma3-270m"))] == {"programmer": 6.0, "reviewer": 4.0}
+    assert matrix[("code_review", ("gemma3-270m", "smollm2-135m"))] == {"programmer": 6.0, "reviewer": 4.0}
     pairs = {row.pair for row in report.translation_pairs}
     assert len(pairs) == 1 and re.fullmatch(r"\w+->\w+", pairs.pop())
     assert {(row.model, row.role, row.mean) for row in report.translation_pairs} == {
-        (model, role, 6.0) for model in MODELS for role in ("translator", "proofreader")
+        (model, role, mean) for model in MODELS for role, mean in (("translator", 6.0), ("proofreader", 4.0))
     }
     assert report.self_judging == sorted(MODELS) and not report.excluded_self_judging
     assert "2 models alternate over 4 seats" in report.public_goods_seating
@@ -143,11 +143,12 @@ def test_the_papers_tables_from_a_scripted_run(tmp_path: Path) -> None:
 def test_exclude_self_judging_scores_each_player_with_the_other_judges(tmp_path: Path) -> None:
     report = scripted_run(tmp_path, MODELS, exclude_self_judging=True)
     matrix = {(c.task, c.models): c.payoffs for c in report.role_matrices}
-    # gemma's review is rated by smollm alone (7), smollm's by gemma alone (5)
-    assert matrix[("code_review", ("smollm2-135m", "gemma3-270m"))]["reviewer"] == 7.0
-    assert matrix[("code_review", ("gemma3-270m", "smollm2-135m"))]["reviewer"] == 5.0
-    ratings = {(row.model, row.role): row.extras for row in report.asymmetric if row.task == "code_review"}
-    assert ratings[("smollm2-135m", "programmer")] == {"rating:programmer": 5.0}
+    # each judge rates both roles in one verdict, and only its score of the other model's role counts:
+    # smollm's code is rated by gemma (5 for a first role), gemma's review by smollm (5 for a second)
+    assert matrix[("code_review", ("smollm2-135m", "gemma3-270m"))] == {"programmer": 5.0, "reviewer": 5.0}
+    assert matrix[("code_review", ("gemma3-270m", "smollm2-135m"))] == {"programmer": 7.0, "reviewer": 3.0}
+    extras = {(row.model, row.role): row.extras for row in report.asymmetric if row.task == "code_review"}
+    assert extras[("smollm2-135m", "programmer")] == {"tests:programmer": 1.0}
     assert report.excluded_self_judging
 
 
