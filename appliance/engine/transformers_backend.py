@@ -19,6 +19,7 @@ from typing import Any
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.hf_loading import import_torch_stack, load_pretrained, model_placement
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, plan_with_tokenizer, refused_scoring, scored_completion
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
@@ -32,43 +33,6 @@ from appliance.engine.transformers_batching import (
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.errors import ApplianceError
-
-
-def _import_torch_stack() -> tuple[Any, Any]:
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        raise ApplianceError(
-            "the transformers backend needs torch and transformers: pip install -e '.[hf]' "
-            "(torch==2.13.0 is the CPU build)"
-        ) from None
-    return torch, transformers
-
-
-def model_placement(torch: Any, device: str | None, dtype: str | None, attention: str | None) -> dict[str, Any]:
-    """`from_pretrained` arguments from models.toml's device, dtype and attn_implementation."""
-    placement: dict[str, Any] = {"dtype": "auto" if dtype == "auto" else getattr(torch, dtype or "float32")}
-    if device == "auto":
-        placement["device_map"] = "auto"
-    if attention is not None:
-        placement["attn_implementation"] = attention
-    return placement
-
-
-def _load_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
-    """Tokenizer and model from a Hugging Face folder, or from a GGUF file (dequantised)."""
-    if not path.exists():
-        raise ApplianceError(f"model '{name}': {path} not found")
-    source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
-        model = transformers.AutoModelForCausalLM.from_pretrained(source, local_files_only=True, **placement, **extra)
-    except (OSError, ValueError) as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
-    return tokenizer, model
 
 
 class TransformersBackend:
@@ -86,7 +50,7 @@ class TransformersBackend:
         threads: int | None = None,
         reuse_cache: bool = True,
     ) -> None:
-        torch, transformers = _import_torch_stack()
+        torch, transformers = import_torch_stack()
         self.torch = torch
         self.transformers = transformers
         self.name = name
@@ -99,7 +63,7 @@ class TransformersBackend:
             self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights)
         else:
             assert path is not None
-            self.tokenizer, self.model = _load_pretrained(transformers, name, path, placement)
+            self.tokenizer, self.model = load_pretrained(transformers, name, path, placement)
         if device == "auto" and synthetic is None:  # accelerate placed the layers (over every GPU, then CPU)
             self.device = str(self.model.device)
         else:

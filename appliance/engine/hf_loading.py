@@ -1,0 +1,80 @@
+"""Loading weights with torch and transformers, and a Hugging Face folder made once from a GGUF file.
+
+The transformers backend loads a folder, or a GGUF file through `gguf_file=` (transformers
+dequantises it). vLLM cannot read our GGUFs, so `hf_folder_from_gguf` saves that dequantised model
+once as a folder under the cache (`cache_dir()/hf/<file>-<sha256 prefix>-<dtype>`), stamped with
+the GGUF's sha256: a changed file is converted again, and a folder left half-written by a kill is
+never used (it is written aside and renamed when complete).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from appliance.catalog import cache_dir, sha256_of
+from appliance.errors import ApplianceError
+
+#: the file in a converted folder that holds the sha256 of the GGUF it came from
+STAMP = "converted-from.sha256"
+
+
+def import_torch_stack() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise ApplianceError(
+            "torch and transformers are needed (transformers backend, vLLM from a GGUF): pip install -e '.[hf]' "
+            "(torch==2.13.0 is the CPU build)"
+        ) from None
+    return torch, transformers
+
+
+def model_placement(torch: Any, device: str | None, dtype: str | None, attention: str | None) -> dict[str, Any]:
+    """`from_pretrained` arguments from models.toml's device, dtype and attn_implementation."""
+    placement: dict[str, Any] = {"dtype": "auto" if dtype == "auto" else getattr(torch, dtype or "float32")}
+    if device == "auto":
+        placement["device_map"] = "auto"
+    if attention is not None:
+        placement["attn_implementation"] = attention
+    return placement
+
+
+def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
+    """Tokenizer and model from a Hugging Face folder, or from a GGUF file (dequantised)."""
+    if not path.exists():
+        raise ApplianceError(f"model '{name}': {path} not found")
+    source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
+        model = transformers.AutoModelForCausalLM.from_pretrained(source, local_files_only=True, **placement, **extra)
+    except (OSError, ValueError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
+    return tokenizer, model
+
+
+def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
+    """The model of `gguf` as a Hugging Face folder (weights in `dtype`), converted on first use."""
+    digest = sha256_of(gguf)
+    target = cache_dir() / "hf" / f"{gguf.stem}-{digest[:16]}-{dtype}"
+    if (target / STAMP).is_file() and (target / STAMP).read_text() == digest:
+        return target
+    torch, transformers = import_torch_stack()
+    tokenizer, model = load_pretrained(transformers, name, gguf, model_placement(torch, None, dtype, None))
+    # transformers marks a GGUF-loaded model as quantised and refuses to save it; its weights are
+    # already dequantised, so the marking is dropped
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / STAMP).write_text(digest)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
