@@ -19,7 +19,7 @@ from typing import Any
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.types import GenerationRequest
+from appliance.engine.types import Completion, GenerationRequest
 from appliance.judging.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
@@ -276,3 +276,12 @@ def scripted_pingpong_run(db: Path, reply: str, judges: list[str], *, limit: int
             config, [load_family("pingpong")]
         )
     return summary.run_id
+
+
+def drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completion]:
+    """Submit the requests together and step the backend until all are done; completions in request order."""
+    tickets = [backend.submit(request) for request in requests]
+    done: dict[int, Completion] = {}
+    while backend.busy:
+        done.update(backend.step())
+    return [done[ticket] for ticket in tickets]

@@ -1,10 +1,13 @@
 """A run of one family on the scripted mock model, in its own process, for tests that kill or race it.
 
     python tests/scripted_run.py DB FAMILY [--seed N] [--resume RUN_ID] [--kill-in-write K] [--delay S]
+                                           [--wait-for FILE]
 
 --kill-in-write K sends SIGKILL to this process inside the K-th episode's store transaction
 (after the episode row, before its messages), the worst moment a kill can come. --delay S makes
-every model request take S seconds, so that concurrent runs overlap. Replies name the request's
+every model request take S seconds, so that concurrent runs overlap. --wait-for FILE holds every model
+request once the first episode is stored until FILE exists, so a test sees the run running with
+stored episodes however slowly its own processes start (no race against the clock). Replies name the request's
 seed, so a resumed run that sampled other seeds would store other text.
 """
 
@@ -40,12 +43,25 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--kill-in-write", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--wait-for", type=Path)
     args = parser.parse_args()
+    stored = 0
 
     def reply(model: str, request: GenerationRequest) -> str:
         if args.delay:
             time.sleep(args.delay)
+        while args.wait_for is not None and stored and not args.wait_for.exists():
+            time.sleep(0.05)
         return seed_echo(model, request)
+
+    original_insert = Store._insert_messages
+
+    def counting_insert(self: Store, episode: Any) -> None:
+        nonlocal stored
+        original_insert(self, episode)
+        stored += 1
+
+    Store._insert_messages = counting_insert  # type: ignore[method-assign]
 
     if args.kill_in_write:
         writes = 0

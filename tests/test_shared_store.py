@@ -24,15 +24,19 @@ from tests.test_cli import REPO, cli
 HELPER = REPO / "tests" / "scripted_run.py"
 
 
-def hold_lock(db: Path, seconds: float) -> subprocess.Popen[str]:
-    """Another process that opens the file for writing and keeps it for `seconds`."""
+def hold_lock(db: Path, seconds: float | None) -> subprocess.Popen[str]:
+    """Another process that opens the file for writing and keeps it for `seconds`, or (None) until its
+    stdin is closed: a test that needs the lock held while a slow subprocess starts says when to let go."""
     code = (
         "import duckdb, sys, time\n"
         "con = duckdb.connect(sys.argv[1])\n"
         "print('held', flush=True)\n"
-        "time.sleep(float(sys.argv[2]))\n"
+        "time.sleep(float(sys.argv[2])) if sys.argv[2] != 'stdin' else sys.stdin.read()\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", code, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    held = "stdin" if seconds is None else str(seconds)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(db), held], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     return process
 
@@ -47,7 +51,7 @@ def test_an_opener_waits_for_the_lock_then_fails_clearly(tmp_path: Path, monkeyp
     assert time.monotonic() - started > 0.5
     holder.wait()
     monkeypatch.setenv("APPLIANCE_LOCK_WAIT_S", "0.3")
-    holder = hold_lock(db, 5)
+    holder = hold_lock(db, None)  # held until the CLI has failed, however long its start takes
     try:
         with pytest.raises(ApplianceError, match=r"busy.duckdb: another process kept the database busy for 0.3 s"):
             Store.open(db, read_only=True)
@@ -55,8 +59,9 @@ def test_an_opener_waits_for_the_lock_then_fails_clearly(tmp_path: Path, monkeyp
         assert result.returncode == 2 and "APPLIANCE_LOCK_WAIT_S" in result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     finally:
-        holder.kill()
-        holder.wait()
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 def _stored_runs(db: Path) -> list[tuple[str, str]]:
@@ -67,9 +72,11 @@ def _stored_runs(db: Path) -> list[tuple[str, str]]:
 def test_two_runs_and_live_reports_share_one_store(tmp_path: Path) -> None:
     db = tmp_path / "shared.duckdb"
     Store.open(db).close()
+    go = tmp_path / "go"  # the runs hold their requests after their first stored episode until it exists
+    helper = [sys.executable, str(HELPER), str(db), "clembench", "--delay", "0.02", "--wait-for", str(go)]
     runs = [
         subprocess.Popen(
-            [sys.executable, str(HELPER), str(db), "clembench", "--delay", "0.02", "--seed", str(seed)],
+            [*helper, "--seed", str(seed)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -78,10 +85,15 @@ def test_two_runs_and_live_reports_share_one_store(tmp_path: Path) -> None:
         for seed in (1, 2)
     ]
     reports: list[subprocess.CompletedProcess[str]] = []
+    deadline = time.monotonic() + 300
     while any(run.poll() is None for run in runs):
+        assert time.monotonic() < deadline, "the runs did not finish within 300 s"
         live = [run_id for run_id, status in _stored_runs(db) if status == "running"]
         if live:
             reports.append(cli("report", live[0], "--db", str(db)))
+            if " running: " in reports[-1].stdout and " episodes stored " in reports[-1].stdout:
+                go.touch()  # a live report was seen: let the runs finish
+        time.sleep(0.1)
     finished: dict[str, tuple[int, int]] = {}
     for run in runs:
         out, err = run.communicate()

@@ -16,6 +16,7 @@ import pytest
 from appliance.engine.backend import Backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
+from tests.fakes import drain
 
 pytestmark = [
     pytest.mark.real_model,
@@ -27,14 +28,6 @@ pytestmark = [
 
 PROMPTS = ["Name a fruit that is yellow.", "What is two plus three?", "Give me a name for a cat.", "Say hello."]
 GREEDY = ResolvedSampling(temperature=0.0, max_tokens=12)
-
-
-def _drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completion]:
-    tickets = [backend.submit(request) for request in requests]
-    done: dict[int, Completion] = {}
-    while backend.busy:
-        done.update(backend.step())
-    return [done[ticket] for ticket in tickets]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +43,8 @@ def test_batched_generation_equals_one_at_a_time(hf_backend: Backend) -> None:
     """Continuous batching: the same greedy text whether a request runs alone, with others from the
     start, or joins while others are decoding (padding is masked out of attention)."""
     requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
-    together = _drain(hf_backend, requests)
-    alone = [_drain(hf_backend, [request])[0] for request in requests]
+    together = drain(hf_backend, requests)
+    alone = [drain(hf_backend, [request])[0] for request in requests]
     assert all(c.completion_tokens > 0 and c.text for c in together)
     assert [c.text for c in together] == [c.text for c in alone]
     # staggered: two start, the others join after three decode steps
@@ -68,14 +61,14 @@ def test_batched_generation_equals_one_at_a_time(hf_backend: Backend) -> None:
 def test_a_conversation_keeps_its_cache_between_turns(hf_backend: Backend) -> None:
     """The second turn prefills only what follows the first turn's tokens, and says the same as a cold start."""
     first = (Message(role="user", content="Name a fruit that is yellow."),)
-    reply = _drain(hf_backend, [GenerationRequest(messages=first, sampling=GREEDY, conversation_key="c1")])[0]
+    reply = drain(hf_backend, [GenerationRequest(messages=first, sampling=GREEDY, conversation_key="c1")])[0]
     second = (
         *first,
         Message(role="assistant", content=reply.text),
         Message(role="user", content="And one that is red?"),
     )
-    warm = _drain(hf_backend, [GenerationRequest(messages=second, sampling=GREEDY, conversation_key="c1")])[0]
-    cold = _drain(hf_backend, [GenerationRequest(messages=second, sampling=GREEDY, conversation_key="other")])[0]
+    warm = drain(hf_backend, [GenerationRequest(messages=second, sampling=GREEDY, conversation_key="c1")])[0]
+    cold = drain(hf_backend, [GenerationRequest(messages=second, sampling=GREEDY, conversation_key="other")])[0]
     assert cold.cached_prompt_tokens == 0
     assert warm.cached_prompt_tokens > reply.prompt_tokens // 2, (warm.cached_prompt_tokens, reply.prompt_tokens)
     assert warm.text == cold.text and warm.prompt_tokens == cold.prompt_tokens
@@ -85,16 +78,16 @@ def test_sampled_replies_do_not_depend_on_the_batch(hf_backend: Backend) -> None
     """Each sequence draws from its own seeded generator."""
     sampled = GREEDY.model_copy(update={"temperature": 0.9, "top_p": 0.95, "seed": 11})
     requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=sampled) for p in PROMPTS]
-    together = _drain(hf_backend, requests)
-    alone = _drain(hf_backend, [requests[2]])[0]
+    together = drain(hf_backend, requests)
+    alone = drain(hf_backend, [requests[2]])[0]
     assert together[2].text == alone.text
 
 
 def test_greedy_agreement_with_llama_cpp_is_measured(hf_backend: Backend, smollm2: LlamaCppBackend) -> None:
     requests = [GenerationRequest(messages=(Message(role="user", content=p),), sampling=GREEDY) for p in PROMPTS]
-    ours = _drain(hf_backend, requests)
+    ours = drain(hf_backend, requests)
     smollm2.forget_caches()
-    reference = _drain(smollm2, requests)
+    reference = drain(smollm2, requests)
     exact = sum(a.text.strip() == b.text.strip() for a, b in zip(ours, reference, strict=True))
     first_word = sum(a.text.split()[:1] == b.text.split()[:1] for a, b in zip(ours, reference, strict=True))
     print(f"\ntransformers vs llama_cpp greedy: {exact}/{len(PROMPTS)} identical, {first_word} same first word")
@@ -124,9 +117,9 @@ def test_scoring_requests_read_the_same_text_as_llama_cpp_and_do_not_depend_on_t
         GenerationRequest(prompt="User: Hi there!\nSystem:", scoring=ScoringRequest(continuation=text, choices=("1",)))
         for text in (" Hello, how are you?", " Banana truck sky.")
     ]
-    together = _drain(hf_backend, requests)
-    alone = [_drain(hf_backend, [request])[0] for request in requests]
-    reference = _drain(smollm2, requests)
+    together = drain(hf_backend, requests)
+    alone = [drain(hf_backend, [request])[0] for request in requests]
+    reference = drain(smollm2, requests)
     assert [c.scores for c in together] == [c.scores for c in alone]
     for ours, theirs in zip(together, reference, strict=True):
         assert ours.scores is not None and theirs.scores is not None

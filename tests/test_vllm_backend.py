@@ -22,8 +22,9 @@ import pytest
 from appliance.catalog import load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
+from appliance.engine.types import GenerationRequest, Message, ResolvedSampling, ScoringRequest
 from appliance.judging.templates import RatingTemplate, YesNoTemplate, load_roles_template
+from tests.fakes import drain
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,14 +37,6 @@ pytestmark = [
 ]
 
 PROMPTS = ["Name a fruit that is yellow.", "What is two plus three?", "Give me a name for a cat.", "Say hello."]
-
-
-def _drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completion]:
-    tickets = [backend.submit(request) for request in requests]
-    done: dict[int, Completion] = {}
-    while backend.busy:
-        done.update(backend.step())
-    return [done[ticket] for ticket in tickets]
 
 
 def _asked(prompt: str, sampling: ResolvedSampling, **extra: object) -> GenerationRequest:
@@ -65,14 +58,14 @@ def vllm_backend() -> Iterator[Backend]:
 def test_seeds_stops_and_caps_hold_whatever_the_batch(vllm_backend: Backend) -> None:
     sampled = ResolvedSampling(temperature=0.9, top_p=0.95, max_tokens=16, seed=11)
     requests = [_asked(prompt, sampled) for prompt in PROMPTS]
-    together = _drain(vllm_backend, requests)
-    alone = [_drain(vllm_backend, [request])[0] for request in requests]
+    together = drain(vllm_backend, requests)
+    alone = [drain(vllm_backend, [request])[0] for request in requests]
     assert [c.text for c in together] == [c.text for c in alone]  # each sequence draws from its own seed
-    again = _drain(vllm_backend, [requests[0].model_copy(update={"sampling": sampled.model_copy(update={"seed": 12})})])
+    again = drain(vllm_backend, [requests[0].model_copy(update={"sampling": sampled.model_copy(update={"seed": 12})})])
     assert again[0].text != together[0].text  # another seed, another draw
-    capped = _drain(vllm_backend, [_asked("Count from one to fifty.", ResolvedSampling(temperature=0.0, max_tokens=5))])
+    capped = drain(vllm_backend, [_asked("Count from one to fifty.", ResolvedSampling(temperature=0.0, max_tokens=5))])
     assert (capped[0].completion_tokens, capped[0].finish_reason) == (5, "length")
-    stopped = _drain(
+    stopped = drain(
         vllm_backend,
         [_asked("List three colours, one per line.", ResolvedSampling(temperature=0.0, max_tokens=48, stop=("\n",)))],
     )
@@ -90,7 +83,7 @@ def test_our_gbnf_grammars_constrain_vllms_replies(vllm_backend: Backend) -> Non
         _asked("Rate this reply to 'pwd': /home/user", greedy, grammar=rating.grammar()),
         _asked("Rate the programmer and the reviewer.", greedy, grammar=roles.grammar(["Programmer", "Reviewer"])),
     ]
-    answer, rated, both = _drain(vllm_backend, requests)
+    answer, rated, both = drain(vllm_backend, requests)
     assert yes_no.parse(answer.text) is not None, answer.text
     assert rating.parse(rated.text) is not None and rated.text.startswith('{"reasoning": "'), rated.text
     assert roles.parse_roles(both.text, ["Programmer", "Reviewer"]) is not None, both.text
@@ -110,14 +103,14 @@ def test_scores_match_transformers_on_the_same_weights_and_llama_cpp_loosely(
             scoring=ScoringRequest(continuation='{"score": 9}'),
         )
     ]
-    ours = _drain(vllm_backend, requests)
+    ours = drain(vllm_backend, requests)
     hf = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4, threads=2)
     try:
-        same_weights = _drain(hf, requests)
+        same_weights = drain(hf, requests)
     finally:
         hf.close()
     smollm2.forget_caches()
-    quantised = _drain(smollm2, requests)
+    quantised = drain(smollm2, requests)
     worst_hf = worst_lc = 0.0
     for v, h, q in zip(ours, same_weights, quantised, strict=True):
         assert v.scores is not None and h.scores is not None and q.scores is not None, (v.error, h.error, q.error)
@@ -143,8 +136,8 @@ def test_prefix_caching_token_counts_and_overflow(vllm_backend: Backend, smollm2
     greedy = ResolvedSampling(temperature=0.0, max_tokens=4)
     long_history = "You are a careful assistant who answers in one word. " * 20
     first, second = (
-        _drain(vllm_backend, [_asked(long_history + "Colour of grass?", greedy)]),
-        _drain(vllm_backend, [_asked(long_history + "Colour of snow?", greedy)]),
+        drain(vllm_backend, [_asked(long_history + "Colour of grass?", greedy)]),
+        drain(vllm_backend, [_asked(long_history + "Colour of snow?", greedy)]),
     )
     # the shared instructions (about 230 tokens) come from the cache in whole blocks (128 tokens on the CPU)
     assert second[0].cached_prompt_tokens >= 128, second[0].cached_prompt_tokens
@@ -154,7 +147,7 @@ def test_prefix_caching_token_counts_and_overflow(vllm_backend: Backend, smollm2
     too_long = _asked("word " * 3000, greedy)
     reserving = _asked("word " * 1000, ResolvedSampling(temperature=0.0, max_tokens=1500), reserve_output=True)
     fine = _asked("Say hi.", greedy)
-    overflow, reserved, answered = _drain(vllm_backend, [too_long, reserving, fine])
+    overflow, reserved, answered = drain(vllm_backend, [too_long, reserving, fine])
     assert overflow.finish_reason == reserved.finish_reason == "context_overflow"
     assert "does not fit the context of 2048 tokens" in (overflow.error or "")
     assert answered.finish_reason in ("stop", "length") and answered.completion_tokens > 0

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from appliance.engine.types import Completion, ScoringRequest, TokenScores
+from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.types import Completion, GenerationRequest, ScoringRequest, TokenScores
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -73,8 +74,18 @@ class ScoringPlan:
         return TokenScores(token_logprobs=tuple(self.token_logprobs), choice_logprobs=tuple(self.choice_logprobs))
 
 
+def plan_for_request(tokenizer: Any, use_template: bool, request: GenerationRequest) -> ScoringPlan:
+    """The scoring plan of a request for a backend with a Hugging Face tokenizer (transformers, vLLM):
+    a raw prompt is tokenised with its special tokens, a chat as the tokenizer's template renders it."""
+    assert request.scoring is not None
+    if request.prompt is not None:
+        return plan_with_tokenizer(tokenizer, request.prompt, True, request.scoring)
+    text = render_with_tokenizer(tokenizer, use_template, request)[0]
+    return plan_with_tokenizer(tokenizer, text, not use_template, request.scoring)
+
+
 def plan_with_tokenizer(tokenizer: Any, text: str, add_special_tokens: bool, scoring: ScoringRequest) -> ScoringPlan:
-    """A scoring plan from a Hugging Face tokenizer (transformers and vLLM backends)."""
+    """A scoring plan from a Hugging Face tokenizer and already rendered text."""
     prompt = list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
     continuation = list(tokenizer.encode(scoring.continuation, add_special_tokens=False))
     choices = [list(tokenizer.encode(choice, add_special_tokens=False)) for choice in scoring.choices]

@@ -21,7 +21,7 @@ from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.hf_loading import import_torch_stack, load_pretrained, model_placement
 from appliance.engine.registry import register_backend
-from appliance.engine.scoring import ScoringError, plan_with_tokenizer, refused_scoring, scored_completion
+from appliance.engine.scoring import ScoringError, plan_for_request, refused_scoring, scored_completion
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
@@ -134,15 +134,8 @@ class TransformersBackend:
 
     def _score(self, request: GenerationRequest, submitted: float) -> Completion:
         """A scoring request: prompt and continuation in one forward pass, its rows read as log-probabilities."""
-        assert request.scoring is not None
-        text = (
-            request.prompt
-            if request.prompt is not None
-            else render_with_tokenizer(self.tokenizer, self.use_template, request)[0]
-        )
-        special = request.prompt is not None or not self.use_template
         try:
-            plan = plan_with_tokenizer(self.tokenizer, text, special, request.scoring)
+            plan = plan_for_request(self.tokenizer, self.use_template, request)
         except ScoringError as error:
             return refused_scoring(self.name, error, submitted)
         with self.torch.inference_mode():

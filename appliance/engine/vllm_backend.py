@@ -27,7 +27,7 @@ from appliance.engine.registry import register_backend
 from appliance.engine.scoring import (
     ScoringError,
     ScoringPlan,
-    plan_with_tokenizer,
+    plan_for_request,
     refused_scoring,
     scored_completion,
 )
@@ -212,15 +212,8 @@ class VllmBackend:
         planned: list[tuple[int, ScoringPlan, float, int]] = []  # ticket, plan, submitted, first prompt
         prompts: list[dict[str, list[int]]] = []
         for ticket, request, submitted in entries:
-            assert request.scoring is not None
-            text = (
-                request.prompt
-                if request.prompt is not None
-                else render_with_tokenizer(self.tokenizer, self.use_template, request)[0]
-            )
-            special = request.prompt is not None or not self.use_template
             try:
-                plan = plan_with_tokenizer(self.tokenizer, text, special, request.scoring)
+                plan = plan_for_request(self.tokenizer, self.use_template, request)
             except ScoringError as error:
                 results.append((ticket, refused_scoring(self.name, error, submitted)))
                 continue
