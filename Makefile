@@ -58,7 +58,7 @@ test: install browser sandbox $(VLLM_STAMP)
 
 # Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each once).
 chaos: install
-	CHAOS_KILLS=20 $(BIN)/pytest -q -s tests/test_chaos.py
+	CHAOS_KILLS=160 $(BIN)/pytest -q -s tests/test_chaos.py
 
 lint: install
 	$(BIN)/ruff check appliance tests

@@ -36,6 +36,7 @@ from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
 from appliance.store.records import CalibrationRecord
+from appliance.store.repair import recover_run
 from appliance.store.run_view import RunView
 
 
@@ -266,6 +267,7 @@ class Runner:
         """Play the missing episodes of stored run `run_id` with the config it started with (its
         calibrations and family settings included). A model of the run whose catalog entry changed
         since is refused in one line: the resumed episodes would not be the run's."""
+        recover_run(self.store, run_id)  # what a kill left in the journal and not in the store
         config = self.store.run(run_id).run_config()
         changed = [
             f"'{stored.name}' ({what})"

@@ -73,3 +73,15 @@ def cluster_bootstrap_interval(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(estimates, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def holm_adjusted(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment: rejecting where the adjusted p-value is at most alpha keeps the
+    chance of any false rejection among these tests at most alpha, whatever their dependence."""
+    known = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(known):
+        running = max(running, min(1.0, (len(known) - rank) * p))
+        adjusted[index] = running
+    return adjusted

@@ -9,12 +9,18 @@ sentence, so every family can run end to end without a real model.
 from __future__ import annotations
 
 import json
+import queue
 import re
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import duckdb
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
@@ -285,3 +291,74 @@ def drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completio
     while backend.busy:
         done.update(backend.step())
     return [done[ticket] for ticket in tickets]
+
+
+def store_contents(db: Path) -> dict[str, Counter[tuple[Any, ...]]]:
+    """Every table of a store file as a multiset of rows (schema_version aside: it records when it was
+    applied), so that a rebuilt store can be compared with the one it replaces."""
+    with duckdb.connect(str(db), read_only=True) as connection:
+        tables = [
+            str(name)
+            for (name,) in connection.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+            ).fetchall()
+            if name != "schema_version"
+        ]
+        return {table: Counter(connection.execute(f'SELECT * FROM "{table}"').fetchall()) for table in tables}
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """Poll until `condition` holds. The deadline is long because it costs nothing when the condition
+    comes early, and a loaded machine gets the time it needs; the failure says what never came."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+class LineReader:
+    """The lines of a subprocess's text stream, read by a thread, so that a test waits for a line with
+    a deadline instead of blocking forever in `readline()`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self._ended = False
+
+        def pump() -> None:
+            for line in stream:
+                self._lines.put(line)
+            self._lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def next_line(self, timeout_s: float) -> str | None:
+        """The next line; None at the end of the stream."""
+        if self._ended:
+            return None
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"no line within {timeout_s:g} s after: {self.seen[-5:]}") from None
+        if line is None:
+            self._ended = True
+            return None
+        self.seen.append(line)
+        return line
+
+    def wait_for(self, fragment: str, timeout_s: float = 600.0) -> str:
+        """Read up to the first line containing `fragment`, and return it."""
+        deadline = time.monotonic() + timeout_s
+        while (line := self.next_line(max(0.0, deadline - time.monotonic()))) is not None:
+            if fragment in line:
+                return line
+        raise AssertionError(f"the stream ended before '{fragment}': {self.seen[-5:]}")
+
+    def rest(self, timeout_s: float = 600.0) -> str:
+        """Everything up to the end of the stream."""
+        deadline = time.monotonic() + timeout_s
+        start = len(self.seen)
+        while self.next_line(max(0.0, deadline - time.monotonic())) is not None:
+            pass
+        return "".join(self.seen[start:])

@@ -1,14 +1,16 @@
 """A run of one family on the scripted mock model, in its own process, for tests that kill or race it.
 
     python tests/scripted_run.py DB FAMILY [--seed N] [--resume RUN_ID] [--kill-in-write K] [--delay S]
-                                           [--wait-for FILE]
+                                           [--wait-for FILE] [--checkpoint-every-commit]
 
 --kill-in-write K sends SIGKILL to this process inside the K-th episode's store transaction
 (after the episode row, before its messages), the worst moment a kill can come. --delay S makes
 every model request take S seconds, so that concurrent runs overlap. --wait-for FILE holds every model
 request once the first episode is stored until FILE exists, so a test sees the run running with
 stored episodes however slowly its own processes start (no race against the clock). Replies name the request's
-seed, so a resumed run that sampled other seeds would store other text.
+seed, so a resumed run that sampled other seeds would store other text. --checkpoint-every-commit
+makes DuckDB checkpoint after each commit (a 1 KB WAL limit), so that a random kill often lands in
+a checkpoint, where a kill once left a file that would not open.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--kill-in-write", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--wait-for", type=Path)
+    parser.add_argument("--checkpoint-every-commit", action="store_true")
     args = parser.parse_args()
     stored = 0
 
@@ -75,6 +78,19 @@ def main() -> None:
             original(self, episode)
 
         Store._insert_messages = killing_insert  # type: ignore[method-assign]
+
+    if args.checkpoint_every_commit:
+        import appliance.store.store as store_module
+
+        connect = store_module.connect_waiting
+
+        def connect_checkpointing(path: Path, read_only: bool, wait_s: float) -> Any:
+            connection = connect(path, read_only, wait_s)
+            if not read_only:
+                connection.execute("PRAGMA wal_autocheckpoint = '1KB'")
+            return connection
+
+        store_module.connect_waiting = connect_checkpointing
 
     catalog = load_catalog(REPO / "models.toml")
     config = RunConfig(

@@ -488,7 +488,7 @@ def test_the_drawing_cap_is_measured_in_smollm2_tokens(smollm2: LlamaCppBackend)
     table = GameTable(EpisodeContext("e", 0, scheduler, roles))
     follower = table.seat("partner", "instruction follower", *widest_grids(target))
     longest = max(smollm2.count_tokens(grid) for grid in widest_grids(target))
-    assert longest > 25 * 2 and follower.sampling.max_tokens == longest + MARGIN  # 25 cells and their spaces
+    assert longest == 54 and follower.sampling.max_tokens == longest + MARGIN  # 25 cells, their spaces, the rows
     assert smollm2.count_tokens(drawing.params["target_grid"]) <= longest
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.fakes import one
+from tests.fakes import one, store_contents
 
 REPO = Path(__file__).resolve().parent.parent
 APPLIANCE = [sys.executable, "-m", "appliance"]
@@ -370,6 +370,15 @@ def test_score_adds_a_panel_and_applies_its_calibration(tmp_path: Path) -> None:
     assert board["calibration"]["calibration_id"] == calibration_id and board["panels"] == ["gemma3", "smollm2"]
     assert board["rows"][0]["calibrated_final"] == pytest.approx(row[1])
     assert_clean_error(cli("report", run_id, "--panel", "nobody", "--db", str(db)), "--panel", "nobody")
+    # the journal holds the real run, the rescoring and the calibration: the store matches it, and a
+    # store rebuilt from it (label sets copied from the old file) holds the same rows
+    checked = cli("store", "check", "--db", str(db))
+    assert checked.returncode == 0 and f"run {run_id}: 1 episodes, as journaled" in checked.stdout, checked.stdout
+    before = store_contents(db)
+    repaired = cli("store", "repair", "--db", str(db), "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    assert json.loads(repaired.stdout)["rebuilt_runs"] == {run_id: 1}
+    assert store_contents(db) == before
 
 
 @pytest.mark.real_model

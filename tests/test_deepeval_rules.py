@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import shutil
 import tomllib
@@ -20,7 +21,7 @@ from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.types import GenerationRequest, Sampling
+from appliance.engine.types import GenerationRequest, Sampling, TokenScores
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
@@ -197,6 +198,15 @@ def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Scri
     return ScriptedBackend(name, respond)
 
 
+def role_ratings_read(request: GenerationRequest) -> TokenScores:
+    """A reading judge that rates writers near 3 and editors near 8: the log-probability of the last
+    role's value in the scored continuation is -|value - centre|."""
+    assert request.scoring is not None
+    role, value = re.findall(r'"(\w+)": \{"score": (\d+)', request.scoring.continuation)[-1]
+    centre = 3 if role in ("Programmer", "Translator") else 8
+    return TokenScores(token_logprobs=(-abs(int(value) - centre),), choice_logprobs=())
+
+
 def deepeval_config(catalog: Catalog, players: list[str], limit: int | None, scenario: str) -> RunConfig:
     return RunConfig(
         scenarios=[scenario],
@@ -216,6 +226,11 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
         backends.append(scripted_models(catalog, spec, parallel=parallel))
         return backends[-1]
 
+    def reading_factory(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:
+        backend = scripted_models(catalog, spec, parallel=parallel)
+        backend.scorer = role_ratings_read
+        return backend
+
     with Store.open(tmp_path / "db.duckdb") as store:
         config = deepeval_config(catalog, MODELS, 1, "deepeval")
         summary = Runner(catalog, store, factory).execute(config, [load_family("deepeval", store=store)])
@@ -225,7 +240,7 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
         )
         by_gemma = build_deepeval_report(store, summary.run_id, "deepeval", panel="q")
         reading = Panel(name="lik", judges=["gemma3-270m"], judging="likelihood")
-        rescore_run(store, catalog, summary.run_id, reading, backend_factory=factory)
+        rescore_run(store, catalog, summary.run_id, reading, backend_factory=reading_factory)
         read = store.query("SELECT DISTINCT mode, template FROM judgments WHERE panel = 'lik'")
         calls = store.query(
             "SELECT count(*), count(DISTINCT raw_text), count(DISTINCT target_idx) FROM judgments"
@@ -264,8 +279,12 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert [row.payoff.mean for row in by_gemma.symmetric] == [row.payoff.mean for row in report.symmetric]
     # a panel that reads probabilities reads the role ratings (nothing sampled): scores between the integers
     assert read == [("expected", "deepeval_role_rating")]
-    read_ratings = [row.payoff.mean for row in by_reading.asymmetric if row.role in ("reviewer", "proofreader")]
-    assert read_ratings and all(v is not None and 1.0 <= v <= 10.0 and v != round(v) for v in read_ratings)
+    # the reading judge's log-probability of a value is -|value - 3| for the writers, -|value - 8| for the editors
+    assert len(by_reading.asymmetric) == len(report.asymmetric) == 8  # 2 tasks x 2 roles x 2 models
+    for row in by_reading.asymmetric:
+        centre = 3 if row.role in ("programmer", "translator") else 8
+        shares = {v: math.exp(-abs(v - centre)) for v in range(1, 11)}
+        assert row.payoff.mean == pytest.approx(sum(v * s for v, s in shares.items()) / sum(shares.values()))
     marginals = {(m.task, m.model): m for m in report.chain_marginals}
     assert set(marginals) == {(task, model) for task in ("idiom_chain", "word_chain") for model in MODELS}
     early = next(c for c in report.chain_positions if c.task == "idiom_chain" and c.early == "smollm2-135m")

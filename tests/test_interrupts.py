@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from tests.fakes import LineReader
 from tests.test_cli import APPLIANCE, REPO, cli
 
 RUN = ["run", "--scenario", "pingpong", "--players", "smollm2-135m", "--panel", "smollm2"]
@@ -26,29 +26,20 @@ def _start(db: Path) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for(process: subprocess.Popen[str], fragment: str) -> list[str]:
-    """stderr lines up to and including the first one containing `fragment`."""
+def _stderr(process: subprocess.Popen[str]) -> LineReader:
     assert process.stderr is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            raise AssertionError(f"the run ended before '{fragment}': {seen}")
-        seen.append(line)
-        if fragment in line:
-            return seen
-    raise AssertionError(f"no '{fragment}' within 600 s: {seen}")
+    return LineReader(process.stderr)
 
 
 @pytest.mark.real_model
 def test_one_ctrl_c_keeps_finished_episodes_and_the_run_resumes_to_its_end(tmp_path: Path) -> None:
     db = tmp_path / "interrupted.duckdb"
     process = _start(db)
-    _wait_for(process, "episode 1 done")
+    stderr = _stderr(process)
+    stderr.wait_for("episode 1 done")
     process.send_signal(signal.SIGINT)
-    _, rest = process.communicate(timeout=600)
-    assert process.returncode == 130, rest
+    rest = stderr.rest()
+    assert process.wait(timeout=600) == 130, rest
     assert "stopping: the episodes in progress finish" in rest
     message = next(line for line in rest.splitlines() if line.startswith("interrupted:"))
     stored = int(message.split()[1])
@@ -73,16 +64,17 @@ def test_one_ctrl_c_keeps_finished_episodes_and_the_run_resumes_to_its_end(tmp_p
 def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     db = tmp_path / "stopped.duckdb"
     process = _start(db)
-    _wait_for(process, "episodes to play")
+    stderr = _stderr(process)
+    stderr.wait_for("episodes to play")
     process.send_signal(signal.SIGINT)
-    _wait_for(process, "stopping:")
-    sent = time.monotonic()
+    stderr.wait_for("stopping:")
     process.send_signal(signal.SIGINT)
-    _, rest = process.communicate(timeout=60)
-    assert process.returncode == 130
-    assert time.monotonic() - sent < 10, "the second Ctrl-C does not wait for the episode in progress"
+    rest = stderr.rest()
+    assert process.wait(timeout=600) == 130
     assert "stopped at once" in rest
     with duckdb.connect(str(db), read_only=True) as con:  # the store opens, and holds no half episode
-        assert con.execute("SELECT count(*) FROM episodes WHERE status <> 'finished'").fetchone() == (0,)
+        # with one episode live at a time, the one in progress when Ctrl-C came twice was not waited
+        # for: nothing is stored (no clock decides this; an episode takes seconds, a signal microseconds)
+        assert con.execute("SELECT count(*) FROM episodes").fetchone() == (0,)
         orphans = con.execute("SELECT count(*) FROM messages WHERE episode_id NOT IN (SELECT episode_id FROM episodes)")
         assert orphans.fetchone() == (0,)

@@ -86,6 +86,7 @@ def test_bench_runs_on_cpu_with_the_transformers_backend(tmp_path: Path) -> None
     assert report["device"]["device"] == "cpu" and report["versions"]["torch"].startswith("2.13")
     assert [p["sequences"] for p in report["decode"]] == [1, 4]
     assert all(p["engine_tokens_per_s"] > 0 and p["bare_tokens_per_s"] > 0 for p in report["decode"])
+    assert all(p["ratio"] == pytest.approx(p["engine_tokens_per_s"] / p["bare_tokens_per_s"]) for p in report["decode"])
     assert all(p["engine_tokens_per_s"] > 0 for p in report["prefill"])
     assert report["weight_bytes"] == 4 * report["parameters"]  # float32 weights, read once per decode step
     written = sorted(path.suffix for path in out.iterdir())

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from appliance.paths import judges_dir
 from appliance.store import Store
 from appliance.view import collect_contents, render_page
 from appliance.view.figures import calibration_figures
-from tests.fakes import scripted_pingpong_run
+from tests.fakes import LineReader, scripted_pingpong_run, wait_until
 from tests.test_calibration import calibrate, import_rows, rating_rows
 from tests.test_cli import REPO, assert_clean_error, cli
 
@@ -36,8 +35,9 @@ HOSTILE = "</script><script>document.title='owned'</script> a good answer"
 @pytest.fixture(scope="module")
 def scripted_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     db = tmp_path_factory.mktemp("view") / "view.duckdb"
-    base = scripted_pingpong_run(db, HOSTILE, ["smollm2-135m"], limit=4)
-    worse = scripted_pingpong_run(db, "A bad answer.", ["smollm2-135m"], limit=4)
+    # 8 conversations: the fewest with which a fall on every one can fail the gate (2^-8, times 3 metrics)
+    base = scripted_pingpong_run(db, HOSTILE, ["smollm2-135m"], limit=8)
+    worse = scripted_pingpong_run(db, "A bad answer.", ["smollm2-135m"], limit=8)
     return db, base, worse
 
 
@@ -61,12 +61,12 @@ def test_two_runs_give_boards_per_instance_deltas_and_transcripts(scripted_runs:
         html = render_page(contents, "t")
     assert [(b.run_id, b.scenario) for b in contents.boards] == [(base, "pingpong"), (worse, "pingpong")]
     final = {b.run_id: next(m for m in b.metrics if m.metric == "final") for b in contents.boards}
-    assert [(r.label, r.value, r.ci, r.n) for r in final[base].rows] == [("smollm2-135m", 4.0, (4.0, 4.0), 4)]
+    assert [(r.label, r.value, r.ci, r.n) for r in final[base].rows] == [("smollm2-135m", 4.0, (4.0, 4.0), 8)]
     assert final[worse].rows[0].value == 2.0
     assert contents.comparison is not None
     deltas = next(d for d in contents.comparison.per_instance if d.metric == "final")
-    assert len(deltas.deltas) == 4 and all(d.delta == -2.0 for d in deltas.deltas)  # every instance fell by 2
-    assert contents.transcripts_total == 8 and len(contents.transcripts) == 6  # capped, in run order
+    assert len(deltas.deltas) == 8 and all(d.delta == -2.0 for d in deltas.deltas)  # every instance fell by 2
+    assert contents.transcripts_total == 16 and len(contents.transcripts) == 6  # capped, in run order
     first = contents.transcripts[0]
     assert first.run_id == base and [c.name for c in first.criteria] == ["in_character", "entertaining", "fluent"]
     assert first.scores["final"] == 4.0 and any(m.text == HOSTILE for m in first.messages)
@@ -130,14 +130,14 @@ def test_serve_answers_on_loopback_only(scripted_runs: tuple[Path, str, str], tm
     with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
         try:
             assert server.stdout is not None
-            lines = [server.stdout.readline(), server.stdout.readline()]
-            url = re.search(r"serving (http://127\.0\.0\.1:\d+/served\.html)", "".join(lines))
-            assert url is not None, lines
-            with urllib.request.urlopen(url.group(1), timeout=10) as response:
+            line = LineReader(server.stdout).wait_for("serving ", timeout_s=300)
+            url = re.search(r"serving (http://127\.0\.0\.1:\d+/served\.html)", line)
+            assert url is not None, line
+            with urllib.request.urlopen(url.group(1), timeout=120) as response:
                 assert response.status == 200 and response.read() == page.read_bytes()
         finally:
             server.send_signal(signal.SIGINT)
-            server.wait(timeout=10)
+            server.wait(timeout=120)
         assert server.stderr is not None
         assert server.returncode == 130 and "Traceback" not in server.stderr.read()  # Ctrl-C stops it cleanly
 
@@ -177,11 +177,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Pat
 
 def _open(driver: Any, page: Path) -> None:
     driver.get(page.as_uri())
-    for _ in range(100):
-        if driver.execute_script("return document.body.getAttribute('data-ready')") == "true":
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the page never finished drawing; console: {driver.get_log('browser')}")
+    wait_until(
+        lambda: driver.execute_script("return document.body.getAttribute('data-ready')") == "true",
+        "the page finishing its drawing",
+    )
 
 
 def _rendered_plots(driver: Any) -> int:
@@ -252,10 +251,7 @@ def test_real_run_page_renders_and_five_ratings_round_trip(browser: tuple[Any, P
     driver.save_screenshot(str(tmp_path / "rated.png"))
     driver.find_element("id", "export-labels").click()
     exported = downloads / f"labels-{data['runs'][0]['run_id']}.jsonl"
-    for _ in range(50):
-        if exported.is_file() and exported.read_text().count("\n") == 5:
-            break
-        time.sleep(0.1)
+    wait_until(lambda: exported.is_file() and exported.read_text().count("\n") == 5, "the exported labels")
     lines = [json.loads(line) for line in exported.read_text().splitlines()]
     assert len(lines) == 5 and {row["labels"][0]["annotator"] for row in lines} == {"tester"}
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from appliance.cli.options import DbOption, JsonOption, console, split_values
-from appliance.compare.gate import Thresholds, compare_runs
+from appliance.compare.gate import DEFAULT_ALPHA, Thresholds, compare_runs
 from appliance.compare.render import comparison_markdown, print_comparison
 from appliance.errors import ApplianceError
 from appliance.store import Store
@@ -35,6 +35,10 @@ def compare(
     force: Annotated[bool, typer.Option("--force", help="compare runs whose judges or instances differ")] = False,
     resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    alpha: Annotated[
+        float,
+        typer.Option(help="family-wise false-alarm rate of the comparison (Holm across its metrics)"),
+    ] = DEFAULT_ALPHA,
     markdown: Annotated[bool, typer.Option("--markdown", help="print a Markdown table (for a CI comment)")] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -52,7 +56,15 @@ def compare(
             if not store.has_run(run_id):
                 raise ApplianceError(f"{store.path}: no run '{run_id}'")
         comparison = compare_runs(
-            store, base, candidate, thresholds, pairs=pairs or None, force=force, resamples=resamples, seed=seed
+            store,
+            base,
+            candidate,
+            thresholds,
+            pairs=pairs or None,
+            force=force,
+            resamples=resamples,
+            seed=seed,
+            alpha=alpha,
         )
     if as_json:
         print(json.dumps({**comparison.model_dump(), "regressions": len(comparison.regressions)}, default=str))

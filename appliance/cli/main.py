@@ -36,6 +36,7 @@ from appliance.cli.options import (  # noqa: E402
     load_panel,
     split_values,
 )
+from appliance.cli.store import store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
@@ -56,6 +57,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(import_app, name="import")
 app.add_typer(labels_app, name="labels")
+app.add_typer(store_app, name="store")
 app.command()(calibrate)
 app.command()(compare)
 app.command()(score)
@@ -510,6 +512,16 @@ def main() -> None:
         if isinstance(error, click.ClickException):
             error.show()
             sys.exit(error.exit_code)
+        if type(error).__module__.startswith("duckdb"):  # a block failed its checksum mid-command
+            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            error_console.print(
+                f"error: the store could not be read ({first_line}); check it with 'appliance store check' "
+                "and rebuild it from its journal with 'appliance store repair' (both take --db)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.exit(2)
         raise
 
 

@@ -1,10 +1,12 @@
 """`appliance compare BASE CANDIDATE`: every family's headline metrics, paired, as a regression gate.
 
 Units are paired by family, instance and player (players are matched by name, or one to one when
-each run has a single player, or as `--pair BASE=CANDIDATE` says). A metric regresses when the
-whole interval of its difference lies below -max_drop (above +max_drop for metrics where lower is
-better). Runs judged by other judges, calibrated differently, or played on other instances are
-refused unless forced, and then every difference is listed with the result.
+each run has a single player, or as `--pair BASE=CANDIDATE` says). Each metric is tested one-sided
+against "it dropped by no more than max_drop" with a paired bootstrap, and Holm's adjustment across
+every metric of the comparison keeps the chance that a comparison of two equal models reports any
+regression at most alpha (docs/regression.md measures it). Runs judged by other judges, calibrated
+differently, or played on other instances are refused unless forced, and then every difference is
+listed with the result.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from appliance.compare.paired import paired_difference
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.headline import Headline, Unit
 from appliance.scenarios.registry import family_entry
 from appliance.scenarios.spec import family_of
+from appliance.stats import holm_adjusted
 from appliance.store import Store
 from appliance.tomlfile import read_toml
+
+#: the default family-wise false-alarm rate of one comparison
+DEFAULT_ALPHA = 0.05
+REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT = "regression", "improvement", "no change", "insufficient evidence"
 
 
 class Thresholds(BaseModel):
@@ -68,12 +75,25 @@ class MetricComparison(BaseModel):
     base: float | None
     candidate: float | None
     delta: float | None
+    #: the (1 - alpha) paired bootstrap interval of the difference
     ci: tuple[float, float] | None
-    p_value: float | None
+    #: one-sided bootstrap p-values: against "dropped by at most max_drop", and against "did not rise"
+    p_regression: float | None
+    p_improvement: float | None
+    #: the same after Holm's adjustment across the comparison's metrics; a verdict compares them with alpha
+    p_regression_holm: float | None = None
+    p_improvement_holm: float | None = None
     pairs: int
     max_drop: float
-    regression: bool
+    #: regression, improvement, no change (the interval rules out a drop beyond max_drop), or
+    #: insufficient evidence (it is too wide to)
+    verdict: str = INSUFFICIENT
     description: str = ""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def regression(self) -> bool:
+        return self.verdict == REGRESSION
 
 
 class Comparison(BaseModel):
@@ -82,6 +102,7 @@ class Comparison(BaseModel):
     forced: bool
     #: what differs between the runs (judges, calibrations, instances); empty when they match
     differences: list[str]
+    alpha: float
     metrics: list[MetricComparison]
 
     @property
@@ -99,9 +120,12 @@ def compare_runs(
     force: bool = False,
     resamples: int = 2000,
     seed: int = 0,
+    alpha: float = DEFAULT_ALPHA,
     headlines: list[tuple[str, Headline, Headline]] | None = None,
 ) -> Comparison:
     """`headlines`: those of `shared_headlines`, where the caller built them already."""
+    if not 0.0 < alpha < 1.0:
+        raise ApplianceError(f"--alpha: {alpha} is not between 0 and 1")
     base_config, candidate_config = store.run(base_run).config, store.run(candidate_run).config
     differences = _setting_differences(base_config, candidate_config)
     if headlines is None:
@@ -118,14 +142,39 @@ def compare_runs(
     for scenario, base, candidate in headlines:
         for base_player, candidate_player in player_pairs(scenario, base, candidate, pairs):
             metrics += _compare_players(
-                scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed
+                scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed, alpha
             )
     unknown = set(thresholds.max_drop) - {f"{m.family}.{m.metric}" for m in metrics}
     if unknown:
         raise ApplianceError(f"--max-drop: no metric named {', '.join(sorted(unknown))} in these runs")
+    decide(metrics, alpha)
     return Comparison(
-        base_run=base_run, candidate_run=candidate_run, forced=force, differences=differences, metrics=metrics
+        base_run=base_run,
+        candidate_run=candidate_run,
+        forced=force,
+        differences=differences,
+        alpha=alpha,
+        metrics=metrics,
     )
+
+
+def decide(metrics: list[MetricComparison], alpha: float) -> None:
+    """Every metric's verdict, with Holm's adjustment across all of them (one family of tests per
+    direction: the gate's false alarms, and the improvements it claims)."""
+    regressions = holm_adjusted([m.p_regression for m in metrics])
+    improvements = holm_adjusted([m.p_improvement for m in metrics])
+    for metric, p_regression, p_improvement in zip(metrics, regressions, improvements, strict=True):
+        metric.p_regression_holm, metric.p_improvement_holm = p_regression, p_improvement
+        if p_regression is not None and p_regression <= alpha:
+            metric.verdict = REGRESSION
+        elif p_improvement is not None and p_improvement <= alpha:
+            metric.verdict = IMPROVEMENT
+        elif metric.ci is not None and (
+            metric.ci[0] >= -metric.max_drop if metric.higher_is_better else metric.ci[1] <= metric.max_drop
+        ):
+            metric.verdict = NO_CHANGE
+        else:
+            metric.verdict = INSUFFICIENT
 
 
 def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tuple[str, Headline, Headline]]:
@@ -154,6 +203,7 @@ def _compare_players(
     thresholds: Thresholds,
     resamples: int,
     seed: int,
+    alpha: float,
 ) -> list[MetricComparison]:
     base_units = {u.key: u for u in base.units if u.player == base_player}
     candidate_units = {u.key: u for u in candidate.units if u.player == candidate_player}
@@ -166,11 +216,14 @@ def _compare_players(
             [candidate_units[k] for k in shared],
             metric.statistic,
             resamples=resamples,
+            confidence=1.0 - alpha,
             seed=seed,
         )
         drop = thresholds.for_metric(f"{family}.{metric.name}")
-        ci = difference.ci
-        regression = ci is not None and (ci[1] < -drop if metric.higher_is_better else ci[0] > drop)
+        if metric.higher_is_better:
+            p_regression, p_improvement = difference.p_below(-drop), difference.p_above(0.0)
+        else:
+            p_regression, p_improvement = difference.p_above(drop), difference.p_below(0.0)
         rows.append(
             MetricComparison(
                 family=family,
@@ -181,11 +234,11 @@ def _compare_players(
                 base=difference.base,
                 candidate=difference.candidate,
                 delta=difference.delta,
-                ci=ci,
-                p_value=difference.p_value,
+                ci=difference.ci,
+                p_regression=p_regression,
+                p_improvement=p_improvement,
                 pairs=difference.pairs,
                 max_drop=drop,
-                regression=regression,
                 description=metric.description,
             )
         )

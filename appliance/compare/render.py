@@ -10,11 +10,7 @@ from appliance.terminal import interval, number
 
 
 def _verdict(row: MetricComparison) -> str:
-    if row.regression:
-        return "REGRESSION"
-    if row.ci is None:
-        return "no data"
-    return "ok"
+    return "REGRESSION" if row.regression else row.verdict
 
 
 def _p(value: float | None) -> str:
@@ -25,7 +21,19 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     table = Table(
         title=f"compare: base {comparison.base_run} -> candidate {comparison.candidate_run}", title_justify="left"
     )
-    for column in ("metric", "players", "base", "candidate", "delta", "95% CI", "p", "max drop", "pairs", "verdict"):
+    level = f"{1 - comparison.alpha:.0%} CI"
+    for column in (
+        "metric",
+        "players",
+        "base",
+        "candidate",
+        "delta",
+        level,
+        "p (Holm)",
+        "max drop",
+        "pairs",
+        "verdict",
+    ):
         table.add_column(column, justify="left" if column in ("metric", "players", "verdict") else "right")
     for row in comparison.metrics:
         table.add_row(
@@ -37,7 +45,7 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
             number(row.candidate),
             number(row.delta),
             interval(row.ci),
-            _p(row.p_value),
+            _p(row.p_regression_holm),
             number(row.max_drop),
             str(row.pairs),
             _verdict(row),
@@ -49,7 +57,8 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     console.print(
         f"{len(regressions)} regression(s): {', '.join(f'{r.family}.{r.metric}' for r in regressions)}."
         if regressions
-        else "No regression: no interval of a difference lies beyond its allowed drop."
+        else f"No regression at a family-wise alpha of {comparison.alpha:g} "
+        f"(Holm, across {len(comparison.metrics)} metrics)."
     )
 
 
@@ -57,7 +66,8 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines = [
         f"### appliance compare: `{comparison.base_run}` -> `{comparison.candidate_run}`",
         "",
-        "| metric | players | base | candidate | delta | 95% CI | p | max drop | verdict |",
+        f"| metric | players | base | candidate | delta | {1 - comparison.alpha:.0%} CI | p (Holm) | max drop "
+        "| verdict |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in comparison.metrics:
@@ -68,7 +78,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         )
         lines.append(
             f"| {row.family}.{row.metric} | {players} | {number(row.base)} | {number(row.candidate)} | "
-            f"{number(row.delta)} | {interval(row.ci)} | {_p(row.p_value)} | {number(row.max_drop)} | "
+            f"{number(row.delta)} | {interval(row.ci)} | {_p(row.p_regression_holm)} | {number(row.max_drop)} | "
             f"{'**REGRESSION**' if row.regression else _verdict(row)} |"
         )
     if comparison.differences:

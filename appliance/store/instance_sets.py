@@ -11,23 +11,46 @@ from datetime import UTC, datetime
 from typing import Any
 
 from appliance.errors import ApplianceError
+from appliance.store.journal import INSTANCE_SETS
 from appliance.store.store import Store
 
 
 def write_instance_set(
-    store: Store, *, name: str, family: str, source: str, seed: int | None, count: int, payload: dict[str, Any]
+    store: Store,
+    *,
+    name: str,
+    family: str,
+    source: str,
+    seed: int | None,
+    count: int,
+    payload: dict[str, Any],
+    created_at: datetime | None = None,
 ) -> bool:
     """Store a set; False when the identical set is already there."""
     text = json.dumps(payload, sort_keys=True)
+    created_at = created_at or datetime.now(UTC).replace(tzinfo=None)
     with store.transaction():
         existing = store.query("SELECT payload FROM instance_sets WHERE name = ?", [name])
         if existing:
             if json.dumps(json.loads(existing[0][0]), sort_keys=True) == text:
                 return False
             raise ApplianceError(f"{store.path}: instance set '{name}' is already stored with other instances")
+        store.journal_append(
+            INSTANCE_SETS,
+            "instance_set",
+            {
+                "name": name,
+                "family": family,
+                "source": source,
+                "seed": seed,
+                "count": count,
+                "payload": payload,
+                "created_at": created_at.isoformat(),
+            },
+        )
         store.connection.execute(
             "INSERT INTO instance_sets VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [name, family, source, seed, datetime.now(UTC).replace(tzinfo=None), count, text],
+            [name, family, source, seed, created_at, count, text],
         )
     return True
 

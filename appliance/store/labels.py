@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from appliance.errors import ApplianceError
 from appliance.labels.model import HumanLabel, LabelItem, LabelKind, LabelSet
+from appliance.store.journal import CALIBRATIONS
 from appliance.store.records import CalibrationRecord, LabelVerdict
 from appliance.store.store import Store
 
@@ -238,6 +239,7 @@ def write_label_verdicts(
 
 
 def write_calibration(store: Store, record: CalibrationRecord) -> None:
+    store.journal_append(CALIBRATIONS, "calibration", record.model_dump(mode="json"))
     store.connection.execute(
         "INSERT INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [

@@ -6,6 +6,9 @@ transaction, so a killed run leaves only whole episodes behind) and lets it go a
 command that finds the file busy waits with backoff for up to $APPLIANCE_LOCK_WAIT_S seconds
 (default 60) before it fails with one line. Readers (report, view, compare, export) are short too,
 so two runs, and reports of a live run, share one file.
+
+Every write of a run (and every instance set and calibration) is first appended to the store's
+journal (`journal.py`), so a file that a kill left unreadable is rebuilt by `appliance store repair`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import duckdb
 
 from appliance.errors import ApplianceError
+from appliance.store.journal import Journal, journal_folder, run_stream
 from appliance.store.records import (
     EpisodeRecord,
     JudgmentRecord,
@@ -36,6 +40,8 @@ from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
 DEFAULT_DB_FILE = "appliance.duckdb"
 LOCK_WAIT_VARIABLE = "APPLIANCE_LOCK_WAIT_S"
+#: the WAL size at which a writer checkpoints (an open replays at most this much)
+WAL_CHECKPOINT = "1MB"
 DEFAULT_LOCK_WAIT_S = 60.0
 
 
@@ -52,7 +58,9 @@ def lock_wait_s() -> float:
 
 
 def _is_lock_conflict(error: duckdb.Error) -> bool:
-    return "lock" in str(error).lower()
+    """Another process holds the file ("Could not set lock ... Conflicting lock"); not a corrupt block."""
+    message = str(error).lower()
+    return "could not set lock" in message or "conflicting lock" in message
 
 
 def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
@@ -65,13 +73,16 @@ def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDB
             if not read_only:
                 # Closing would checkpoint, and a run closes after every episode: a SIGKILL landing in
                 # one of those checkpoints corrupted a file in the chaos test. The WAL is replayed on
-                # open instead, and DuckDB still checkpoints once it reaches its size threshold.
+                # open instead, and checkpointed once it passes WAL_CHECKPOINT: at DuckDB's default of
+                # 16 MB, replaying it made every open (one per episode) cost up to a second. A file a
+                # checkpoint spoils anyway is rebuilt from the journal.
                 connection.execute("PRAGMA disable_checkpoint_on_shutdown")
+                connection.execute(f"PRAGMA wal_autocheckpoint = '{WAL_CHECKPOINT}'")
             return connection
         except duckdb.Error as error:
             first_line = str(error).splitlines()[0]
             if not _is_lock_conflict(error):
-                raise ApplianceError(f"{path}: cannot open database: {first_line}") from None
+                raise ApplianceError(f"{path}: cannot open database: {first_line}{repair_hint(path)}") from None
             if time.monotonic() >= deadline:
                 raise ApplianceError(
                     f"{path}: another process kept the database busy for {wait_s:g} s "
@@ -81,15 +92,30 @@ def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDB
         delay = min(delay * 2, 0.5)
 
 
+def repair_hint(path: Path) -> str:
+    """What to do about a store DuckDB cannot read, where a journal exists to rebuild it from."""
+    if not journal_folder(path).is_dir():
+        return ""
+    return f"; check it with 'appliance store check --db {path}', rebuild it with 'appliance store repair --db {path}'"
+
+
 class Store:
     """One DuckDB file. The connection opens on first use; a transaction lets the file go when it
     ends, so a long job (a run, a rescoring, a calibration) holds it only while it writes or plans,
     and other runs and readers get their turn in between."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection | None, path: Path, read_only: bool) -> None:
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection | None,
+        path: Path,
+        read_only: bool,
+        journal: Journal | None = None,
+    ) -> None:
         self._connection = connection
         self.path = path
         self.read_only = read_only
+        #: where writes go first; None for a store being rebuilt from its journal, or in memory
+        self.journal = journal
         self._transaction_depth = 0
 
     @property
@@ -105,7 +131,8 @@ class Store:
             self._connection = None
 
     @classmethod
-    def open(cls, path: str | Path | None = None, *, read_only: bool = False) -> Store:
+    def open(cls, path: str | Path | None = None, *, read_only: bool = False, journaled: bool = True) -> Store:
+        """`journaled=False` only for a store that is being rebuilt from a journal."""
         target = Path(path) if path is not None else default_db_path()
         if read_only and not target.is_file():
             raise ApplianceError(f"{target}: database not found (run 'appliance run' first or pass --db)")
@@ -115,7 +142,8 @@ class Store:
                 raise ApplianceError(f"{target}: database folder {parent} does not exist")
             if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
                 raise ApplianceError(f"{target}: database path is not writable")
-        store = cls(connect_waiting(target, read_only, lock_wait_s()), target, read_only)
+        journal = Journal(journal_folder(target)) if journaled and not read_only else None
+        store = cls(connect_waiting(target, read_only, lock_wait_s()), target, read_only, journal)
         try:
             store._migrate()
         except BaseException:
@@ -189,9 +217,22 @@ class Store:
 
     # -- writing ----------------------------------------------------------
 
+    def journal_append(self, stream: str, kind: str, body: dict[str, Any]) -> None:
+        """Durably record a write before the transaction that makes it commits."""
+        if self.journal is not None:
+            self.journal.append(stream, kind, body)
+
     def create_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
         with self.transaction():
+            self._journal_run(run, models)
             self._insert_run(run, models)
+
+    def _journal_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
+        self.journal_append(
+            run_stream(run.run_id),
+            "run",
+            {"run": run.model_dump(mode="json"), "models": [m.model_dump(mode="json") for m in models]},
+        )
 
     def _insert_run(self, run: RunRecord, models: Sequence[ModelRecord]) -> None:
         self.connection.execute(
@@ -221,6 +262,7 @@ class Store:
         """Several episodes in one transaction (imports: all or nothing)."""
         with self.transaction():
             for episode in episodes:
+                self.journal_append(run_stream(episode.run_id), "episode", episode.model_dump(mode="json"))
                 self._write_episode_rows(episode)
 
     def _write_episode_rows(self, episode: EpisodeRecord) -> None:
@@ -261,6 +303,16 @@ class Store:
     ) -> None:
         """Rescoring: one panel's verdicts of an episode are replaced; other panels' stay."""
         with self.transaction():
+            self.journal_append(
+                run_stream(run_id),
+                "verdicts",
+                {
+                    "episode_id": episode_id,
+                    "panel": panel,
+                    "judgments": [j.model_dump(mode="json") for j in judgments],
+                    "scores": [s.model_dump(mode="json") for s in scores],
+                },
+            )
             for table in ("judgments", "scores"):
                 self.connection.execute(f"DELETE FROM {table} WHERE episode_id = ? AND panel = ?", [episode_id, panel])
             self._insert_verdicts(episode_id, run_id, judgments, scores)
@@ -331,9 +383,9 @@ class Store:
         if self.has_run(run.run_id):
             return False
         with self.transaction():
+            self._journal_run(run, models)
             self._insert_run(run, models)
-            for episode in episodes:
-                self._write_episode_rows(episode)
+            self.write_episodes(episodes)
             self.finish_run(run.run_id, "imported", 0.0)
         return True
 
@@ -354,6 +406,7 @@ class Store:
     def set_planned(self, run_id: str, episodes: int) -> None:
         """How many episodes the run has planned so far (staged families plan a stage at a time)."""
         with self.transaction():
+            self.journal_append(run_stream(run_id), "planned", {"episodes": episodes})
             self.connection.execute("UPDATE runs SET planned_episodes = ? WHERE run_id = ?", [episodes, run_id])
 
     def progress(self, run_id: str) -> tuple[int, int, int | None]:
@@ -366,11 +419,18 @@ class Store:
         planned = self.run(run_id).planned_episodes
         return (int(row[0]), int(row[1]), None if planned is None else int(planned)) if row else (0, 0, planned)
 
-    def finish_run(self, run_id: str, status: str, wall_s: float) -> None:
+    def finish_run(self, run_id: str, status: str, wall_s: float, finished_at: datetime | None = None) -> None:
+        """The run's status as it ends (again, after a resume: its wall time adds up)."""
+        finished_at = finished_at or _now()
         with self.transaction():
+            self.journal_append(
+                run_stream(run_id),
+                "finish",
+                {"status": status, "wall_s": wall_s, "finished_at": finished_at.isoformat()},
+            )
             self.connection.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, wall_s = coalesce(wall_s, 0) + ? WHERE run_id = ?",
-                [status, _now(), wall_s, run_id],
+                [status, finished_at, wall_s, run_id],
             )
 
     # -- reading ----------------------------------------------------------

@@ -86,14 +86,14 @@ function comparisonSection() {
     node.append(el("p", { class: "note" }, `The runs differ: ${summary.differences.join("; ")}.`));
   }
   const table = el("table", {}, el("tr", {}, ...["metric", "players", "base", "candidate", "difference", "95% interval",
-    "p", "pairs", "verdict"].map((h) => el("th", {}, h))));
+    "p (Holm)", "pairs", "verdict"].map((h) => el("th", {}, h))));
   for (const m of summary.metrics) {
     const players = m.base_player === m.candidate_player ? m.base_player : `${m.base_player} -> ${m.candidate_player}`;
     table.append(el("tr", {}, el("td", {}, `${m.family}.${m.metric}`), el("td", {}, players),
       el("td", { class: "num" }, fmt(m.base, 3)), el("td", { class: "num" }, fmt(m.candidate, 3)),
       el("td", { class: "num" }, fmt(m.delta, 3)), el("td", { class: "num" }, interval(m.ci)),
-      el("td", { class: "num" }, fmt(m.p_value, 3)), el("td", { class: "num" }, m.pairs),
-      el("td", m.regression ? { class: "regression" } : {}, m.regression ? "REGRESSION" : "ok")));
+      el("td", { class: "num" }, fmt(m.p_regression_holm, 3)), el("td", { class: "num" }, m.pairs),
+      el("td", m.regression ? { class: "regression" } : {}, m.regression ? "REGRESSION" : m.verdict)));
   }
   node.append(table);
   const plots = el("div", { class: "plots" });
