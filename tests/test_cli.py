@@ -374,11 +374,11 @@ def test_score_adds_a_panel_and_applies_its_calibration(tmp_path: Path) -> None:
     # store rebuilt from it (label sets copied from the old file) holds the same rows
     checked = cli("store", "check", "--db", str(db))
     assert checked.returncode == 0 and f"run {run_id}: 1 episodes, as journaled" in checked.stdout, checked.stdout
-    before = store_contents(db)
+    contents_before = store_contents(db)
     repaired = cli("store", "repair", "--db", str(db), "--json")
     assert repaired.returncode == 0, repaired.stderr
     assert json.loads(repaired.stdout)["rebuilt_runs"] == {run_id: 1}
-    assert store_contents(db) == before
+    assert store_contents(db) == contents_before
 
 
 @pytest.mark.real_model
