@@ -2,7 +2,7 @@
 
 Units are paired by family, instance and player (players are matched by name, or one to one when
 each run has a single player, or as `--pair BASE=CANDIDATE` says). Each metric is tested one-sided
-against "it dropped by no more than max_drop" with a paired bootstrap, and Holm's adjustment across
+against "it dropped by no more than max_drop" with a paired sign-flip test, and Holm's adjustment across
 every metric of the comparison keeps the chance that a comparison of two equal models reports any
 regression at most alpha (docs/regression.md measures it). Runs judged by other judges, calibrated
 differently, or played on other instances are refused unless forced, and then every difference is
@@ -77,7 +77,7 @@ class MetricComparison(BaseModel):
     delta: float | None
     #: the (1 - alpha) paired bootstrap interval of the difference
     ci: tuple[float, float] | None
-    #: one-sided bootstrap p-values: against "dropped by at most max_drop", and against "did not rise"
+    #: one-sided sign-flip p-values: against "dropped by at most max_drop", and against "did not rise"
     p_regression: float | None
     p_improvement: float | None
     #: the same after Holm's adjustment across the comparison's metrics; a verdict compares them with alpha
