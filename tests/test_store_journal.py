@@ -13,7 +13,9 @@ from datetime import datetime
 from pathlib import Path
 
 import duckdb
+import pytest
 
+from appliance.errors import ApplianceError
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.instance_sets import write_instance_set
 from appliance.store.journal import Journal, journal_folder, read_stream, run_stream
@@ -182,3 +184,12 @@ def test_bad_input_to_store_commands(tmp_path: Path) -> None:
     missing = tmp_path / "none.duckdb"
     assert_clean_error(cli("store", "repair", "--db", str(missing)), str(missing), "no journal")
     assert_clean_error(cli("store", "check", "--db", str(missing)), str(missing), "not found")
+
+
+def test_a_journal_that_cannot_be_written_stops_the_write_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "runs.duckdb"
+    journal_folder(db).write_text("a file where the journal's folder should be")
+    with pytest.raises(ApplianceError, match=r"runs\.duckdb\.journal/run-.*: cannot write the store's journal"):
+        scripted_pingpong_run(db, "A good answer.", ["smollm2-135m"], limit=1)
+    with duckdb.connect(str(db), read_only=True) as connection:  # the store did not take what was not journaled
+        assert connection.execute("SELECT count(*) FROM runs").fetchone() == (0,)

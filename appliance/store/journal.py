@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.errors import ApplianceError
+
 #: streams besides the runs'
 INSTANCE_SETS = "instance-sets"
 CALIBRATIONS = "calibrations"
@@ -69,6 +71,12 @@ class Journal:
         text = json.dumps({"kind": kind, "body": body}, separators=(",", ":"))
         line = f"{hashlib.sha256(text.encode()).hexdigest()} {text}\n".encode()
         path = self.folder / (stream + _SUFFIX)
+        try:
+            self._write(path, line)
+        except OSError as error:  # a full disk, a folder made read-only: the store's write fails with it
+            raise ApplianceError(f"{path}: cannot write the store's journal: {error.strerror or error}") from None
+
+    def _write(self, path: Path, line: bytes) -> None:
         created = not path.exists()
         if created:
             self.folder.mkdir(parents=True, exist_ok=True)
