@@ -117,9 +117,7 @@ def recover_run(store: Store, run_id: str) -> bool:
     stream = store.journal.stream(run_stream(run_id))
     if journaled_run_id(stream) != run_id:
         return False
-    expected = _memory_store()
-    replay(stream.records, expected)
-    if store.has_run(run_id) and _check_run(run_id, stream, expected, store).ok:
+    if store.has_run(run_id) and check_run(run_id, stream, store).ok:
         return False
     with _unjournaled(store), store.transaction():
         for delete in _DELETE_RUN:
@@ -176,7 +174,6 @@ class CheckReport:
 def check_store(db: Path) -> CheckReport:
     """Compare every journaled run, instance set and calibration with the store, row by row."""
     streams = Journal(journal_folder(db)).streams()
-    expected = _memory_store()
     with Store.open(db, read_only=True) as stored:
         try:
             _read_everything(stored)
@@ -191,8 +188,7 @@ def check_store(db: Path) -> CheckReport:
                     if stream.records:
                         other.append(f"{stream.path.name}: the run's first record is damaged")
                     continue
-                replay(stream.records, expected)
-                runs.append(_check_run(run_id, stream, expected, stored))
+                runs.append(check_run(run_id, stream, stored))
             journaled = {run.run_id for run in runs}
             unjournaled = [str(r) for (r,) in stored.query("SELECT run_id FROM runs ORDER BY 1") if r not in journaled]
         except duckdb.Error as error:
@@ -302,9 +298,12 @@ def _try(connection: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[tuple[An
         return None, str(error).splitlines()[0]
 
 
-def _check_run(run_id: str, stream: Stream, expected: Store, stored: Store) -> RunCheck:
-    check = RunCheck(run_id, expected.episode_count(run_id), damaged_lines=stream.damaged_lines)
-    rows = {table: (_rows(expected, sql, run_id), _rows(stored, sql, run_id)) for table, sql in _RUN_ROWS.items()}
+def check_run(run_id: str, stream: Stream, stored: Store) -> RunCheck:
+    """The run's rows as its journal makes them (replayed into memory) against the store's."""
+    with _memory_store() as expected:
+        replay(stream.records, expected)
+        check = RunCheck(run_id, expected.episode_count(run_id), damaged_lines=stream.damaged_lines)
+        rows = {table: (_rows(expected, sql, run_id), _rows(stored, sql, run_id)) for table, sql in _RUN_ROWS.items()}
     check.run_row_differs = any(rows[t][0] != rows[t][1] for t in ("runs", "models"))
     journal_ids = {row[0] for row in rows["episodes"][0]}
     store_ids = {row[0] for row in rows["episodes"][1]}
