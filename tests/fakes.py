@@ -32,6 +32,7 @@ from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store
+from appliance.store.journal import journal_folder, run_stream
 
 #: (model name, request) -> the reply text
 Reply = Callable[[str, GenerationRequest], str]
@@ -362,3 +363,17 @@ class LineReader:
         while self.next_line(max(0.0, deadline - time.monotonic())) is not None:
             pass
         return "".join(self.seen[start:])
+
+
+def forget_episode(store: Store, run_id: str, episode_id: str) -> None:
+    """Leave an episode as a kill before its write leaves it: in neither the store nor its journal."""
+    with store.transaction():
+        for table in ("messages", "judgments", "scores", "episodes"):
+            store.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [episode_id])
+    path = journal_folder(store.path) / f"{run_stream(run_id)}.jsonl"
+    kept = [
+        line
+        for line in path.read_bytes().splitlines(keepends=True)
+        if json.loads(line.partition(b" ")[2]).get("body", {}).get("episode_id") != episode_id
+    ]
+    path.write_bytes(b"".join(kept))

@@ -22,7 +22,7 @@ from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogat
 from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
 from appliance.store import EpisodeRecord, JudgmentRecord, Store
-from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
+from tests.fakes import conversation_of, forget_episode, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -194,10 +194,8 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
     store, _, run_id = _run(tmp_path)
     complete = store.query("SELECT count(*) FROM messages")[0][0]
     lost = store.query("SELECT episode_id FROM episodes ORDER BY episode_id LIMIT 1")[0][0]
-    with store.transaction():  # as if the run had been killed before this episode was written
-        for table in ("messages", "judgments", "scores", "episodes"):
-            store.connection.execute(f"DELETE FROM {table} WHERE episode_id = ?", [lost])
-        store.connection.execute("UPDATE runs SET status = 'interrupted'")
+    forget_episode(store, run_id, lost)  # as if the run had been interrupted before this episode was written
+    store.finish_run(run_id, "interrupted", 0.0)
     catalog = load_catalog(REPO / "models.toml")
     played: list[str] = []
 
