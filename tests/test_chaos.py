@@ -6,8 +6,8 @@ random moment, a third each: of the whole process (its setup and the schema's mi
 the run once it writes, and of a run that checkpoints after every commit (so kills land in
 checkpoints). The last two are placed by progress rather than by the clock, so that a loaded machine
 does not push them past the run's end: after a random record of the run's journal, within one
-record's share of the uninterrupted run's time. After a kill the store must open, or be rebuilt by `appliance store
-repair` from its journal; every episode it holds must already equal the uninterrupted run's (no
+record's share of the uninterrupted run's time. After a kill the store must open, or be rebuilt by
+`appliance store repair` from its journal; every episode it holds must already equal the uninterrupted run's (no
 half-written episode is visible); the run is resumed (from the journal where the kill came before
 the run's first commit), and then the whole store must equal the uninterrupted run's: the same
 episodes, messages, verdicts and scores, none lost, none twice, and `store check` must find it

@@ -5,8 +5,8 @@ checkpoint). The journal is a second copy that a kill cannot spoil: plain append
 `<db>.journal/`, one per run (plus one for instance sets and one for calibrations), one line per
 write. Each line is `<sha256 of the JSON> <JSON>`, written with one `write` and `fsync`ed before the
 store transaction holding the same write commits. So everything the store ever committed is in a
-journal; a kill between the two leaves one record more in the journal, which `--resume` and
-`appliance store repair` apply; a kill inside an append leaves a torn last line, which fails its
+journal; a kill between the two leaves the journal one transaction's records ahead, which
+`--resume` and `appliance store repair` apply; a kill inside an append leaves a torn last line, which fails its
 checksum and is skipped.
 """
 

@@ -32,7 +32,7 @@ from appliance.store.records import (
     ScoreRecord,
 )
 from appliance.store.schema import LATEST_VERSION
-from appliance.store.store import Store
+from appliance.store.store import Store, repair_hint
 
 #: a run's rows, table by table; `{db}` is the database's prefix ("" or "damaged.")
 _RUN_ROWS = {
@@ -45,15 +45,9 @@ _RUN_ROWS = {
     ),
     "scores": "SELECT * FROM {db}scores WHERE run_id = ?",
 }
-#: a run's rows out of the store, the rows that name its episodes first
-_DELETE_RUN = (
-    "DELETE FROM messages WHERE episode_id IN (SELECT episode_id FROM episodes WHERE run_id = ?)",
-    "DELETE FROM judgments WHERE episode_id IN (SELECT episode_id FROM episodes WHERE run_id = ?)",
-    "DELETE FROM scores WHERE run_id = ?",
-    "DELETE FROM episodes WHERE run_id = ?",
-    "DELETE FROM models WHERE run_id = ?",
-    "DELETE FROM runs WHERE run_id = ?",
-)
+#: a run's rows out of the store: the same selections, last table first (the rows that name its
+#: episodes go before the episodes)
+_DELETE_RUN = tuple(select.format(db="").replace("SELECT *", "DELETE", 1) for select in reversed(_RUN_ROWS.values()))
 #: tables copied whole from a damaged file (instance sets and calibrations are journaled too)
 _WHOLE_TABLES = (
     "label_sets",
@@ -191,8 +185,10 @@ def check_store(db: Path) -> CheckReport:
                 runs.append(check_run(run_id, stream, stored))
             journaled = {run.run_id for run in runs}
             unjournaled = [str(r) for (r,) in stored.query("SELECT run_id FROM runs ORDER BY 1") if r not in journaled]
-        except duckdb.Error as error:
-            raise ApplianceError(_unreadable(db, error)) from None
+        except duckdb.Error as error:  # a block failed its checksum
+            raise ApplianceError(
+                f"{db}: the store cannot be read: {str(error).splitlines()[0]}{repair_hint(db)}"
+            ) from None
     return CheckReport(runs, unjournaled, other)
 
 
@@ -356,13 +352,6 @@ def _unjournaled(store: Store) -> Iterator[None]:
         yield
     finally:
         store.journal = journal
-
-
-def _unreadable(db: Path, error: duckdb.Error) -> str:
-    return (
-        f"{db}: the store cannot be read ({str(error).splitlines()[0]}); "
-        f"rebuild it with 'appliance store repair --db {db}'"
-    )
 
 
 def _quoted(path: Path) -> str:
