@@ -81,7 +81,7 @@ function comparisonSection() {
     return;
   }
   const { summary } = DATA.comparison;
-  node.append(el("p", {}, `Candidate ${summary.candidate_run} against base ${summary.base_run}; paired bootstrap over shared instances.`));
+  node.append(el("p", {}, `Candidate ${summary.candidate_run} against base ${summary.base_run}; paired over shared instances: bootstrap intervals, sign-flip p-values adjusted by Holm across the metrics (family-wise alpha ${summary.alpha}).`));
   if (summary.differences.length) {
     node.append(el("p", { class: "note" }, `The runs differ: ${summary.differences.join("; ")}.`));
   }
