@@ -7,6 +7,7 @@ some such packages import heavy dependencies at import time).
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.util
 import json
@@ -86,6 +87,13 @@ class ModelSpec(BaseModel):
     synthetic: str | SyntheticShape | None = None
     sampling: Sampling = Sampling()
     roles: dict[str, Sampling] = Field(default_factory=dict)
+    # A LoRA fine-tune of another entry, which gives it every setting above (see `adapter_specs`)
+    base: str | None = Field(default=None, description="the entry whose weights the adapter applies to")
+    adapter: str | None = Field(
+        default=None,
+        description="LoRA: a GGUF file (llama_cpp) or a PEFT folder (transformers, vllm); a folder may hold both",
+    )
+    scale: float | None = Field(default=None, description="the adapter's strength (unset: 1; 0 plays the base)")
 
     @field_validator("backend")
     @classmethod
@@ -129,6 +137,10 @@ class ModelSpec(BaseModel):
         return resolve_shape(synthetic)
 
     @property
+    def adapter_scale(self) -> float:
+        return 1.0 if self.scale is None else self.scale
+
+    @property
     def synthetic_shape(self) -> SyntheticShape | None:
         return self.synthetic if isinstance(self.synthetic, SyntheticShape) else None
 
@@ -150,6 +162,8 @@ class ModelSpec(BaseModel):
             size = shape.parameters()
             shown = f"{size / 1e9:.2f}B" if size >= 1e9 else f"{size / 1e6:.1f}M"
             return f"synthetic ({shape.layers} layers, hidden {shape.hidden_size}, {shown} parameters)"
+        if self.adapter is not None:
+            return f"{self.base} + LoRA {self.adapter} (scale {self.adapter_scale:g})"
         if self.path is not None:
             return self.path
         suffix = "(assembled)" if self.assemble else str(self.file)
@@ -173,16 +187,31 @@ class Catalog(BaseModel):
     source: Path
     defaults: CatalogDefaults
     models: dict[str, ModelSpec]
+    #: an entry with `adapters = "GLOB"`: its name, and the entries of its checkpoints in order
+    sweeps: dict[str, list[str]] = Field(default_factory=dict)
 
     def get(self, name: str) -> ModelSpec:
         try:
             return self.models[name]
         except KeyError:
+            if name in self.sweeps:
+                raise ApplianceError(
+                    f"{self.source}: '{name}' is a sweep of {len(self.sweeps[name])} checkpoints "
+                    f"({', '.join(self.sweeps[name])}): name one, or the sweep in --players"
+                ) from None
             known = ", ".join(sorted(self.models)) or "none"
             raise ApplianceError(f"{self.source}: unknown model '{name}' (known: {known})") from None
 
+    def expand_sweeps(self, names: Iterable[str]) -> list[str]:
+        """`names` with each sweep replaced by its checkpoints' entries."""
+        return [expanded for name in names for expanded in self.sweeps.get(name, [name])]
+
     def resolve_path(self, spec: ModelSpec) -> Path:
         return locate_model_file(spec, self.source.parent)
+
+    def resolve_adapter(self, spec: ModelSpec) -> Path | None:
+        """The adapter file or folder of `spec` (relative paths start at models.toml's folder)."""
+        return None if spec.adapter is None else _relative_to(Path(os.path.expanduser(spec.adapter)), self.source)
 
     def refuse_synthetic(self, names: Iterable[str], what: str) -> None:
         """Synthetic weights measure speed; they never play, judge or score (`what`: "a run", ...)."""
@@ -205,19 +234,85 @@ def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
     for name, entry in models_table.items():
         if not isinstance(entry, dict):
             raise ApplianceError(f"{source}: field 'models.{name}': expected a table")
+        if "base" in entry:
+            continue  # adapters are resolved once every whole model is known
         try:
             models[name] = ModelSpec(name=name, **entry)
         except ValidationError as error:
             raise ApplianceError(describe_validation_error(f"{source} [models.{name}]", error)) from None
+    sweeps: dict[str, list[str]] = {}
+    adapters = {name for name, entry in models_table.items() if "base" in entry}
+    for name, entry in models_table.items():
+        if "base" in entry:
+            specs = adapter_specs(source, name, entry, models, adapters)
+            models.update((spec.name, spec) for spec in specs)
+            if "adapters" in entry:
+                sweeps[name] = [spec.name for spec in specs]
     try:
         defaults = CatalogDefaults(**raw.get("defaults", {}))
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(f"{source} [defaults]", error)) from None
-    catalog = Catalog(source=source, defaults=defaults, models=models)
+    catalog = Catalog(source=source, defaults=defaults, models=models, sweeps=sweeps)
     for name in [*defaults.players, *(n for n in (defaults.interrogator, defaults.simulator) if n)]:
-        if name not in models:
+        if name not in models and name not in sweeps:
             raise ApplianceError(f"{source}: field 'defaults': unknown model '{name}'")
     return catalog
+
+
+#: the fields of an adapter entry; everything else comes from its base
+ADAPTER_FIELDS = ("base", "adapter", "adapters", "scale")
+
+
+def adapter_specs(
+    source: Path, name: str, entry: dict[str, object], models: dict[str, ModelSpec], adapters: set[str]
+) -> list[ModelSpec]:
+    """The entries of a LoRA adapter over a whole model: one, or one per checkpoint of `adapters`.
+
+    `adapters = "GLOB"` (a folder of checkpoints) gives an entry per match, named
+    `NAME@<checkpoint folder>`, in the checkpoints' numeric order.
+    """
+    where = f"{source} [models.{name}]"
+    extra = [key for key in entry if key not in ADAPTER_FIELDS]
+    if extra:
+        raise ApplianceError(f"{where}: field '{extra[0]}': an adapter entry takes it from its base")
+    base = entry["base"]
+    if isinstance(base, str) and base in adapters:
+        raise ApplianceError(f"{where}: field 'base': '{base}' is an adapter; a base must be a whole model")
+    if not isinstance(base, str) or base not in models:
+        known = ", ".join(sorted(models)) or "none"
+        raise ApplianceError(f"{where}: field 'base': unknown model '{base}' (known: {known})")
+    if models[base].synthetic is not None:
+        raise ApplianceError(f"{where}: field 'base': '{base}' has synthetic weights; an adapter needs real ones")
+    scale = entry.get("scale")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
+        raise ApplianceError(f"{where}: field 'scale': expected a number, got {scale!r}")
+    if ("adapter" in entry) == ("adapters" in entry):
+        raise ApplianceError(f"{where}: give exactly one of 'adapter' or 'adapters'")
+    single, pattern = entry.get("adapter"), entry.get("adapters")
+    for key, value in (("adapter", single), ("adapters", pattern)):
+        if key in entry and not isinstance(value, str):
+            raise ApplianceError(f"{where}: field '{key}': expected a path, got {value!r}")
+    if isinstance(single, str):
+        named = [(name, single)]
+    else:
+        assert isinstance(pattern, str)
+        matches = glob.glob(str(_relative_to(Path(os.path.expanduser(pattern)), source)))
+        if not matches:
+            raise ApplianceError(f"{where}: field 'adapters': nothing matches '{pattern}'")
+        named = [(f"{name}@{Path(match).name}", match) for match in sorted(matches, key=_natural_order)]
+    update = {"base": base, "scale": None if scale is None else float(scale)}
+    return [
+        models[base].model_copy(update={**update, "name": entry_name, "adapter": path}) for entry_name, path in named
+    ]
+
+
+def _natural_order(path: str) -> list[object]:
+    """checkpoint-200 before checkpoint-1000."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def _relative_to(path: Path, source: Path) -> Path:
+    return path if path.is_absolute() else source.parent / path
 
 
 def package_directory(package: str) -> Path | None:
@@ -270,6 +365,16 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
 def _file_fingerprint(path: Path) -> str:
     stat = path.stat()
     return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def sha256_of_tree(path: Path) -> str:
+    """sha256 of a file, or of a folder's files (names and contents): an adapter is either."""
+    if not path.is_dir():
+        return sha256_of(path) if path.is_file() else "missing"
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path)}\0{sha256_of(file)}\n".encode())
+    return digest.hexdigest()
 
 
 def sha256_of(path: Path, *, use_cache: bool = True) -> str:

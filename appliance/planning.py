@@ -48,7 +48,7 @@ class RunRequest:
 
 def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEntry[Any]]) -> RunConfig:
     """The config of a new run of `request` over the registered `families`."""
-    players = request.players or catalog.defaults.players
+    players = catalog.expand_sweeps(request.players or catalog.defaults.players)
     if not players:
         raise ApplianceError(f"{catalog.source}: no players given and field 'defaults.players' is empty")
     quick = request.quick

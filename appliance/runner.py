@@ -18,7 +18,7 @@ from importlib import metadata
 from typing import Any
 
 from appliance.calibration.apply import calibrated_scores, pick_calibrations
-from appliance.catalog import Catalog, ModelSpec, sha256_of
+from appliance.catalog import Catalog, ModelSpec, sha256_of, sha256_of_tree
 from appliance.client import EpisodeFailed, derive_seed
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, EpisodeKey, pair_label, table_label
@@ -235,6 +235,9 @@ class Runner:
         path = self.catalog.resolve_path(spec)
         digest = sha256_of(path) if path.is_file() else "missing"
         parameters: dict[str, Any] = spec.model_dump(mode="json", exclude={"name", "backend"})
+        adapter = self.catalog.resolve_adapter(spec)
+        if adapter is not None:  # a retrained adapter at the same path is another model
+            parameters["adapter_sha256"] = sha256_of_tree(adapter)
         return ModelRecord(name=spec.name, backend=spec.backend, path=str(path), sha256=digest, parameters=parameters)
 
     def execute(

@@ -22,6 +22,7 @@ enforce_offline()
 
 from appliance.calibration.apply import unapplied_calibrations  # noqa: E402
 from appliance.catalog import Catalog, locate_model_file  # noqa: E402
+from appliance.cli.adapter import adapter_app  # noqa: E402
 from appliance.cli.compare import compare  # noqa: E402
 from appliance.cli.imports import add_import_commands  # noqa: E402
 from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
@@ -58,6 +59,7 @@ app.add_typer(scenarios_app, name="scenarios")
 app.add_typer(import_app, name="import")
 app.add_typer(labels_app, name="labels")
 app.add_typer(store_app, name="store")
+app.add_typer(adapter_app, name="adapter")
 app.command()(calibrate)
 app.command()(compare)
 app.command()(score)
@@ -477,6 +479,7 @@ def scenarios_generate(
     per_experiment: Annotated[int, typer.Option(min=1, help="instances per experiment of each game")] = 6,
     out: Annotated[Path | None, typer.Option(help="write a JSON file instead of storing the set")] = None,
     name: Annotated[str | None, typer.Option(help="the stored set's name (default: FAMILY-seed-SEED)")] = None,
+    games: Annotated[list[str] | None, typer.Option("--games", help="only these games (comma-separated)")] = None,
     db: DbOption = None,
 ) -> None:
     """Generate a fresh instance set from a seed; play it with --scenario FAMILY:FILE or FAMILY:NAME."""
@@ -486,7 +489,7 @@ def scenarios_generate(
         raise ApplianceError(
             f"scenario '{family}': only {', '.join(generated)} generate instances (its data is fixed otherwise)"
         )
-    for line in entry.generate(GenerateRequest(seed, per_experiment, out, name, db)):
+    for line in entry.generate(GenerateRequest(seed, per_experiment, out, name, db, tuple(split_values(games)))):
         console.print(line)
 
 

@@ -57,6 +57,29 @@ def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[st
     return tokenizer, model
 
 
+def with_peft_adapter(model: Any, name: str, adapter: Path, scale: float) -> Any:
+    """`model` with the PEFT LoRA of folder `adapter` on it at `scale` (kept apart from the weights)."""
+    if not (adapter / "adapter_config.json").is_file():
+        what = "a GGUF LoRA (llama_cpp only)" if adapter.suffix == ".gguf" else "not a PEFT adapter folder"
+        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} is {what}; this backend needs a PEFT folder")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ApplianceError(f"model '{name}': a PEFT adapter needs peft: pip install -e '.[hf]'") from None
+    try:
+        wrapped = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
+    except (OSError, ValueError, RuntimeError, KeyError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ApplianceError(f"model '{name}': adapter {adapter} does not load on its base: {first}") from None
+    if scale != 1.0:
+        for module in wrapped.modules():
+            scaling = getattr(module, "scaling", None)
+            if isinstance(scaling, dict):  # PEFT's LoRA layers: alpha / rank per adapter
+                for key in scaling:
+                    scaling[key] *= scale
+    return wrapped
+
+
 def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
     """The model of `gguf` as a Hugging Face folder (weights in `dtype`), converted on first use."""
     digest = sha256_of(gguf)

@@ -22,7 +22,7 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, reusable_boundary
-from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler
+from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler, apply_adapter
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
@@ -99,13 +99,22 @@ class LlamaCppBackend:
         lazy_grammar: bool = True,
         kv_budget_mb: int | None = None,
         gpu_layers: int | None = None,
+        adapter: Path | None = None,
+        adapter_scale: float = 1.0,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
         self.reuse_cache = reuse_cache
         #: sample first and apply a request's grammar only when the token breaks it (see TokenSampler)
         self.lazy_grammar = lazy_grammar
-        self.model = LlamaModel(model_path, name, gpu_layers)
+        adapter_file = gguf_adapter_file(adapter, name) if adapter is not None else None
+        # one copy of the weights for a base and all its adapters; each adapter gets a context of its own
+        self.model = LlamaModel.shared(model_path, name, gpu_layers)
+        try:
+            lora = self.model.adapter(adapter_file, name) if adapter_file is not None else None
+        except ApplianceError:
+            self.model.close()
+            raise
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
@@ -139,6 +148,8 @@ class LlamaCppBackend:
         if not self.context:
             self.model.close()
             raise ApplianceError(f"model '{name}': llama.cpp could not create a context of {params.n_ctx} tokens")
+        if lora is not None:
+            apply_adapter(self.context, lora, adapter_scale)
         self.memory = C.llama_get_memory(self.context)
         self.context_length = int(C.llama_n_ctx_seq(self.context))
         self.batch_tokens = batch_tokens
@@ -583,6 +594,22 @@ class LlamaCppBackend:
         self.model.close()
 
 
+def gguf_adapter_file(adapter: Path, name: str) -> Path:
+    """The GGUF LoRA of an adapter entry: the file, or the one `.gguf` in its folder."""
+    if adapter.is_file():
+        return adapter
+    if not adapter.is_dir():
+        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} not found")
+    found = sorted(adapter.glob("*.gguf"))
+    if len(found) != 1:
+        what = "no GGUF LoRA" if not found else f"{len(found)} GGUF files"
+        raise ApplianceError(
+            f"model '{name}': field 'adapter': {adapter} holds {what}; llama_cpp needs exactly one "
+            "(`appliance adapter to-gguf` converts a PEFT folder)"
+        )
+    return found[0]
+
+
 @register_backend("llama_cpp")
 def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCppBackend:
     return LlamaCppBackend(
@@ -597,4 +624,6 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
         gpu_layers=spec.gpu_layers,
+        adapter=catalog.resolve_adapter(spec),
+        adapter_scale=spec.adapter_scale,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +23,25 @@ _GGUF_MAGIC = b"GGUF"
 #: `gpu_layers = -1`: more layers than any model has, so llama.cpp offloads them all
 ALL_LAYERS = 1 << 20
 _initialised = False
+#: llama.cpp's last log lines: a failed load says why only there
+_recent_log: deque[str] = deque(maxlen=16)
+#: models loaded in this process, by (file, GPU layers): adapters over one base share its weights
+_shared_models: dict[tuple[str, int | None], LlamaModel] = {}
 
 
 @C.llama_log_callback  # type: ignore[untyped-decorator]
 def _quiet_log(level: int, text: bytes, user_data: Any) -> None:
     """llama.cpp logs every tensor it loads; the appliance reports what matters itself."""
+    _recent_log.append(text.decode("utf-8", errors="replace"))
     if os.environ.get("APPLIANCE_LLAMA_LOG"):
         os.write(2, text)
+
+
+def last_log_error() -> str:
+    """llama.cpp's most recent complaint (an exception it caught is logged as `...: <what>`)."""
+    lines = [line.strip() for line in "".join(_recent_log).splitlines() if line.strip()]
+    failures = [line for line in lines if "failed" in line or "error" in line or "incorrect" in line]
+    return (failures or lines or ["no reason logged"])[-1]
 
 
 def init_backend() -> None:
@@ -74,6 +87,35 @@ class LlamaModel:
         template = C.llama_model_chat_template(self.handle, None)
         self.chat_template: bytes | None = template if template else None
         self._jinja_template: Any = None
+        #: backends using this model (see `shared`): the weights are freed when the last one closes
+        self.users = 1
+        self._adapters: dict[str, Any] = {}
+
+    @classmethod
+    def shared(cls, path: Path, name: str, gpu_layers: int | None = None) -> LlamaModel:
+        """The model of `path`, loaded once per process: a base and its adapters hold one copy."""
+        key = (str(path.resolve()), gpu_layers)
+        model = _shared_models.get(key)
+        if model is not None and model.handle:
+            model.users += 1
+            return model
+        model = cls(path, name, gpu_layers)
+        _shared_models[key] = model
+        return model
+
+    def adapter(self, path: Path, model_name: str) -> Any:
+        """A GGUF LoRA loaded against these weights (once per file; llama.cpp frees it with the model)."""
+        key = str(path.resolve())
+        if key not in self._adapters:
+            check_gguf_file(path, model_name)
+            _recent_log.clear()
+            handle = C.llama_adapter_lora_init(self.handle, str(path).encode())
+            if not handle:
+                raise ApplianceError(
+                    f"model '{model_name}': adapter {path} does not load on base {self.path.name}: {last_log_error()}"
+                )
+            self._adapters[key] = handle
+        return self._adapters[key]
 
     def metadata(self, key: str) -> str | None:
         buffer = ctypes.create_string_buffer(256)
@@ -90,9 +132,15 @@ class LlamaModel:
         return int(C.llama_model_n_layer(self.handle)) * heads * (key_dim + value_dim) * 2
 
     def close(self) -> None:
-        if self.handle:
-            C.llama_model_free(self.handle)
-            self.handle = None
+        self.users -= 1
+        if self.users > 0 or not self.handle:
+            return
+        for key, model in list(_shared_models.items()):
+            if model is self:
+                del _shared_models[key]
+        self._adapters.clear()
+        C.llama_model_free(self.handle)
+        self.handle = None
 
     def tokenize(self, text: str, *, parse_special: bool, add_bos: bool | None = None) -> list[int]:
         """`add_bos`: None follows the model (a prompt); False for text that continues a prompt."""
@@ -176,6 +224,14 @@ class LlamaModel:
                 return buffer.raw[:written].decode("utf-8")
             size = written
         raise RuntimeError("chat template output kept growing")
+
+
+def apply_adapter(context: Any, adapter: Any, scale: float) -> None:
+    """Put one LoRA on a context at `scale` (llama.cpp sets adapters per context, not per sequence)."""
+    handles = (C.llama_adapter_lora_p_ctypes * 1)(adapter)
+    scales = (ctypes.c_float * 1)(scale)
+    if C.llama_set_adapters_lora(context, handles, 1, scales) != 0:
+        raise ApplianceError(f"llama.cpp refused the adapter on its context: {last_log_error()}")
 
 
 def build_sampler_chain(model: LlamaModel, sampling: ResolvedSampling) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
-from appliance.engine.hf_loading import import_torch_stack, load_pretrained, model_placement
+from appliance.engine.hf_loading import import_torch_stack, load_pretrained, model_placement, with_peft_adapter
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, plan_for_request, refused_scoring, scored_completion
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
@@ -49,6 +49,8 @@ class TransformersBackend:
         attn_implementation: str | None = None,
         threads: int | None = None,
         reuse_cache: bool = True,
+        adapter: Path | None = None,
+        adapter_scale: float = 1.0,
     ) -> None:
         torch, transformers = import_torch_stack()
         self.torch = torch
@@ -64,6 +66,8 @@ class TransformersBackend:
         else:
             assert path is not None
             self.tokenizer, self.model = load_pretrained(transformers, name, path, placement)
+            if adapter is not None:
+                self.model = with_peft_adapter(self.model, name, adapter, adapter_scale)
         if device == "auto" and synthetic is None:  # accelerate placed the layers (over every GPU, then CPU)
             self.device = str(self.model.device)
         else:
@@ -246,6 +250,8 @@ def transformers_backend_for(
         attn_implementation=spec.attn_implementation,
         threads=spec.threads,
         reuse_cache=reuse_cache,
+        adapter=catalog.resolve_adapter(spec),
+        adapter_scale=spec.adapter_scale,
     )
 
 

@@ -91,6 +91,8 @@ class GenerateRequest:
     out: Path | None
     name: str | None
     db: Path | None
+    #: only these games (clembench), all when empty
+    games: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

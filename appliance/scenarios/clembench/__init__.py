@@ -5,7 +5,9 @@ Each game is one module of this package that registers a `games.Game` record.
 
 from __future__ import annotations
 
+from appliance.errors import ApplianceError
 from appliance.scenarios.clembench.family import DESCRIPTION, ClembenchFamily, load_clembench
+from appliance.scenarios.clembench.games import variant_names
 from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.headline import clembench_headline
 from appliance.scenarios.clembench.instance_sets import save_instance_set
@@ -44,6 +46,12 @@ def import_scores(request: ImportRequest) -> list[str]:
 
 def generate(request: GenerateRequest) -> list[str]:
     instance_set = generate_instance_set(ENTRY.folder(), request.seed, request.per_experiment)
+    if request.games:
+        known = variant_names()
+        unknown = [game for game in request.games if game not in known]
+        if unknown:
+            raise ApplianceError(f"--games: unknown game '{unknown[0]}' (known: {', '.join(known)})")
+        instance_set.instances = [i for i in instance_set.instances if i.game in request.games]
     if request.name is not None:
         instance_set.name = request.name
     return save_instance_set(instance_set, request.out, request.db)

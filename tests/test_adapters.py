@@ -1,0 +1,338 @@
+"""LoRA adapters: catalog entries, one base in memory, the committed fine-tune on the real SmolLM2.
+
+The fine-tune (`adapters/smollm2-taboo`, made by `python -m appliance.adapters.taboo_lora`) learned
+clembench taboo's reply formats, which the base never follows; that is what these tests can see.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from appliance.catalog import load_catalog
+from appliance.engine.types import GenerationRequest, Message, ResolvedSampling, ScoringRequest
+from appliance.errors import ApplianceError
+from appliance.pool import ModelPool
+from appliance.scheduler import Scheduler
+from appliance.tomlfile import read_toml
+from tests.fakes import REPO, drain, one
+
+FINE_TUNE = REPO / "adapters" / "smollm2-taboo" / "checkpoint-20"
+TABOO = read_toml(REPO / "scenarios" / "clembench" / "taboo.toml", "taboo")["prompts"]
+DESCRIBER = TABOO["describer"].format(target="ladder", taboo="- climb\n- rung\n- step", turns=3)
+GUESSER = TABOO["guesser"].format(turns=3) + "\n\nCLUE: You stand on it to reach a high shelf."
+HAS_TORCH = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("peft") is not None
+
+
+def write_models(folder: Path, smollm2_path: Path, extra: str = "") -> Path:
+    """A models.toml with the embedded SmolLM2 as base and the committed fine-tune at scales 1 and 0."""
+    path = folder / "models.toml"
+    path.write_text(
+        f"""
+[models.base]
+backend = "llama_cpp"
+path = "{smollm2_path}"
+context_length = 1024
+slots = 8
+
+[models.tuned]
+base = "base"
+adapter = "{FINE_TUNE}"
+
+[models.off]
+base = "base"
+adapter = "{FINE_TUNE}"
+scale = 0
+{extra}"""
+    )
+    return path
+
+
+def test_adapter_entries_take_their_base_and_sweeps_expand_in_checkpoint_order(tmp_path: Path) -> None:
+    for step in (20, 5, 100):
+        (tmp_path / "runs" / f"checkpoint-{step}").mkdir(parents=True)
+    (tmp_path / "models.toml").write_text(
+        """
+[models.big]
+path = "big.gguf"
+context_length = 8192
+slots = 3
+sampling = { temperature = 0.3 }
+
+[models.ft]
+base = "big"
+adapter = "one/adapter.gguf"
+scale = 0.5
+
+[models.sweep]
+base = "big"
+adapters = "runs/checkpoint-*"
+"""
+    )
+    catalog = load_catalog(tmp_path / "models.toml")
+    ft = catalog.get("ft")
+    assert (ft.context_length, ft.slots, ft.sampling.temperature, ft.adapter_scale) == (8192, 3, 0.3, 0.5)
+    assert catalog.resolve_adapter(ft) == tmp_path / "one" / "adapter.gguf"
+    assert catalog.resolve_path(ft) == tmp_path / "big.gguf"
+    assert catalog.get("big").adapter is None and catalog.get("big").scale is None
+    names = ["sweep@checkpoint-5", "sweep@checkpoint-20", "sweep@checkpoint-100"]
+    assert catalog.expand_sweeps(["big", "sweep"]) == ["big", *names]
+    assert catalog.get(names[2]).adapter == str(tmp_path / "runs" / "checkpoint-100")
+    with pytest.raises(ApplianceError, match="'sweep' is a sweep of 3 checkpoints"):
+        catalog.get("sweep")
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('base = "nothing"\nadapter = "a.gguf"', "field 'base': unknown model 'nothing'"),
+        ('base = "ft"\nadapter = "a.gguf"', "field 'base': 'ft' is an adapter; a base must be a whole model"),
+        ('base = "big"\nadapter = "a.gguf"\nadapters = "runs/*"', "give exactly one of 'adapter' or 'adapters'"),
+        ('base = "big"', "give exactly one of 'adapter' or 'adapters'"),
+        ('base = "big"\nadapter = "a.gguf"\ncontext_length = 512', "field 'context_length': an adapter entry takes"),
+        ('base = "big"\nadapters = "runs/none-*"', "field 'adapters': nothing matches 'runs/none-*'"),
+        ('base = "big"\nadapter = "a.gguf"\nscale = "high"', "field 'scale': expected a number"),
+        ('base = "big"\nadapter = 3', "field 'adapter': expected a path"),
+    ],
+)
+def test_bad_adapter_entries_are_one_line_errors_naming_the_field(tmp_path: Path, entry: str, message: str) -> None:
+    (tmp_path / "models.toml").write_text(
+        f'[models.big]\npath = "big.gguf"\n\n[models.ft]\nbase = "big"\nadapter = "x.gguf"\n\n[models.new]\n{entry}\n'
+    )
+    with pytest.raises(ApplianceError) as raised:
+        load_catalog(tmp_path / "models.toml")
+    assert message in str(raised.value) and "[models.new]" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def _greedy(text: str, *, seed: int = 0, temperature: float = 0.0) -> GenerationRequest:
+    sampling = ResolvedSampling(temperature=temperature, max_tokens=16, seed=seed)
+    return GenerationRequest(messages=(Message(role="user", content=text),), sampling=sampling)
+
+
+@pytest.mark.real_model
+def test_adapters_share_one_base_and_scale_zero_is_the_base_token_for_token(tmp_path: Path, smollm2_path: Path) -> None:
+    """Base, fine-tune and the fine-tune at scale 0 in one pool, their requests in one scheduler: the
+    weights are loaded once, scale 0 reproduces the base exactly, the fine-tune follows taboo's formats
+    (the base does not), and a seeded sample does not depend on which other adapters share the steps."""
+    catalog = load_catalog(write_models(tmp_path, smollm2_path))
+    prompts = [_greedy(DESCRIBER), _greedy(GUESSER), _greedy(DESCRIBER, seed=7, temperature=0.9)]
+    with ModelPool.load(catalog, ["base", "tuned", "off"], parallel=2) as pool:
+        models = {name: backend.model for name, backend in pool.backends.items()}  # type: ignore[attr-defined]
+        assert models["base"] is models["tuned"] is models["off"]
+        assert models["base"].users == 3
+
+        async def ask(item: tuple[str, GenerationRequest], scheduler: Scheduler) -> tuple[str, tuple[int, ...]]:
+            completion = await scheduler.generate(*item)
+            return completion.text, completion.token_ids
+
+        mixed = pool.play([(name, request) for name in ("base", "tuned", "off") for request in prompts], ask)
+        alone = pool.play([("tuned", request) for request in prompts], ask)
+    base, tuned, off = mixed[0:3], mixed[3:6], mixed[6:9]
+    assert off == base  # texts and token ids
+    assert tuned == alone
+    one_word_guess = [len(text.splitlines()[0].split()) == 2 for text, _ in (tuned[1], base[1])]
+    assert tuned[0][0].startswith("CLUE:") and tuned[1][0].startswith("GUESS:"), tuned
+    assert not base[0][0].startswith("CLUE:") and one_word_guess == [True, False], base
+    assert models["base"].handle is None  # the last user closed it
+
+
+def _random_query_key_adapter(folder: Path, smollm2_path: Path) -> Path:
+    """A seeded PEFT LoRA on the query and key projections only, large enough to move every token:
+    the layers where the GGUF's rotary row order matters."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from appliance.adapters.gguf_lora import peft_to_gguf
+    from appliance.engine.hf_loading import hf_folder_from_gguf, import_torch_stack, load_pretrained
+
+    _, transformers = import_torch_stack()
+    _, model = load_pretrained(transformers, "base", hf_folder_from_gguf(smollm2_path, "base"), {})
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "k_proj"], init_lora_weights=False)
+    adapter = get_peft_model(model, config)
+    for name, weight in adapter.named_parameters():
+        if "lora_B" in name:
+            weight.data.normal_(0.0, 0.4)
+    adapter.save_pretrained(str(folder))
+    peft_to_gguf(folder, smollm2_path, folder / "adapter.gguf")
+    return folder
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not HAS_TORCH, reason="torch/transformers/peft not installed (pip install -e '.[hf]')")
+def test_an_adapter_moves_probabilities_alike_through_llama_cpp_and_transformers_with_peft(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """One PEFT folder, two backends: llama.cpp (the GGUF LoRA our converter wrote, over Q4_1 weights)
+    and transformers + PEFT (over the same weights dequantised to float32). The adapter's effect per
+    token (adapter minus base) must agree. Measured here: the committed fine-tune, correlation 0.996
+    and mean |difference| 0.14 nats; a random query/key adapter 0.97 and 0.14, where a conversion
+    without the rotary row order gave -0.14 and 0.79."""
+    query_key = _random_query_key_adapter(tmp_path / "qk", smollm2_path)
+    entries = "\n".join(
+        f'[models.{name}]\nbase = "{base}"\nadapter = "{adapter}"\n'
+        for name, base, adapter in [
+            ("hf-tuned", "hf-base", FINE_TUNE),
+            ("qk", "base", query_key),
+            ("hf-qk", "hf-base", query_key),
+        ]
+    )
+    extra = f'[models.hf-base]\nbackend = "transformers"\npath = "{smollm2_path}"\nslots = 2\nthreads = 2\n\n{entries}'
+    catalog = load_catalog(write_models(tmp_path, smollm2_path, extra))
+    request = GenerationRequest(
+        messages=(Message(role="user", content=DESCRIBER),),
+        scoring=ScoringRequest(continuation=" CLUE: You climb it to paint a wall."),
+    )
+    logprobs = {}
+    for name in ("base", "tuned", "qk", "hf-base", "hf-tuned", "hf-qk"):
+        with ModelPool.load(catalog, [name], parallel=1) as pool:
+            completion = drain(pool.backends[name], [request])[0]
+        assert completion.scores is not None, completion.error
+        logprobs[name] = np.array(completion.scores.token_logprobs)
+    for adapter in ("tuned", "qk"):
+        llama = logprobs[adapter] - logprobs["base"]
+        torch = logprobs[f"hf-{adapter}"] - logprobs["hf-base"]
+        correlation = float(np.corrcoef(llama, torch)[0, 1])
+        gap = float(np.mean(np.abs(llama - torch)))
+        print(f"\n{adapter}: llama.cpp vs transformers+PEFT shift: correlation {correlation:.3f}, mean |d| {gap:.3f}")
+        assert np.abs(torch).max() > 1.0  # the adapter moves some token by more than a nat
+        assert correlation > 0.9 and gap < 0.3, (llama, torch)
+    assert (logprobs["tuned"] - logprobs["base"]).mean() > 0.5  # the fine-tune finds its own format likelier
+
+
+def _bad_lora(path: Path) -> Path:
+    """A GGUF LoRA whose A matrix is 100 wide where SmolLM2's query projection takes 576."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", 8.0)
+    writer.add_tensor("blk.0.attn_q.weight.lora_a", np.zeros((4, 100), dtype=np.float32))
+    writer.add_tensor("blk.0.attn_q.weight.lora_b", np.zeros((576, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed (pip install -e '.[hf]')")
+def test_an_adapter_that_does_not_fit_its_base_is_one_line_and_stores_nothing(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    peft_only = tmp_path / "peft-only"
+    peft_only.mkdir()
+    (peft_only / "adapter_config.json").write_text("{}")
+    extra = f"""
+[models.smollm2-135m]
+path = "{smollm2_path}"
+
+[models.misfit]
+base = "base"
+adapter = "{_bad_lora(tmp_path / "misfit.gguf")}"
+
+[models.peft-only]
+base = "base"
+adapter = "{peft_only}"
+
+[models.missing]
+base = "base"
+adapter = "{tmp_path / "nowhere.gguf"}"
+"""
+    models = write_models(tmp_path, smollm2_path, extra)
+    db = tmp_path / "store.duckdb"
+    expected = {
+        "misfit": ["misfit.gguf", "incorrect shape"],
+        "peft-only": ["peft-only holds no GGUF LoRA", "appliance adapter to-gguf"],
+        "missing": ["nowhere.gguf not found"],
+    }
+    for name, fragments in expected.items():
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "appliance",
+                "run",
+                "--models",
+                str(models),
+                "--db",
+                str(db),
+                "--players",
+                name,
+                "--scenario",
+                "clembench",
+                "--limit",
+                "1",
+                "--panel",
+                "smollm2",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+        )
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert all(fragment in lines[0] for fragment in [f"model '{name}'", *fragments]), lines[0]
+    if db.exists():  # models are loaded before anything is written
+        with duckdb.connect(str(db), read_only=True) as connection:
+            assert one(connection, "SELECT count(*) FROM runs") == (0,)
+
+
+def test_the_fine_tunes_training_games_follow_every_rule_on_words_the_evaluation_never_plays() -> None:
+    from appliance.adapters.taboo_lora import WORDS, training_conversations
+
+    pairs = training_conversations(seed=0)
+    describer = [reply for request, reply in pairs if "secret word is" in request.messages[-1].content]
+    later_clues = [reply for request, reply in pairs if request.messages[-1].content.startswith("GUESS:")]
+    guesses = [reply for request, reply in pairs if reply.startswith("GUESS:")]
+    assert len(describer) == len(WORDS) and len(describer) + len(later_clues) + len(guesses) == len(pairs)
+    assert all(reply.startswith("CLUE:") for reply in describer + later_clues)
+    assert 0 < len(later_clues) < len(WORDS)  # some games have a wrong first guess, some do not
+    evaluated = read_toml(REPO / "scenarios" / "clembench" / "taboo.toml", "taboo")["words"]
+    assert not {word for word, *_ in WORDS} & {entry["target"] for band in evaluated.values() for entry in band}
+
+
+@pytest.mark.real_model
+def test_a_sweep_plays_in_one_run_and_the_gate_gives_the_fine_tune_its_verdict(tmp_path: Path) -> None:
+    """`--players smollm2-135m,smollm2-taboo-sweep` plays the base and three checkpoints on the same
+    taboo instances in one process; the gate within the run says the fine-tune is ahead (exit 0 with it
+    as candidate, exit 1 with the base as candidate)."""
+    db, instances = str(tmp_path / "store.duckdb"), tmp_path / "taboo.json"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "appliance", *args]
+        return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+
+    assert cli("scenarios", "generate", "clembench", "--games", "taboo", "--out", str(instances)).returncode == 0
+    played = cli(
+        "run", "--players", "smollm2-135m,smollm2-taboo-sweep", "--scenario", f"clembench:{instances}",
+        "--limit", "6", "--db", db,
+    )  # fmt: skip
+    assert played.returncode == 0, played.stderr
+    with duckdb.connect(db, read_only=True) as connection:
+        (run_id,) = one(connection, "SELECT run_id FROM runs")
+        models = dict(connection.execute("SELECT name, parameters FROM models").fetchall())
+    checkpoints = [f"smollm2-taboo-sweep@checkpoint-{step}" for step in (5, 10, 20)]
+    assert sorted(models) == sorted(["smollm2-135m", *checkpoints])
+    assert len({json.loads(models[name])["adapter_sha256"] for name in checkpoints}) == 3
+    report = json.loads(cli("report", run_id, "--db", db, "--json").stdout)[0]
+    rows = {row["player"]: row for row in report["rows"]}
+    assert rows["smollm2-135m"]["played"] == 0.0 and rows[checkpoints[-1]]["played"] == 100.0
+    assert all(rows[name]["episodes"] == 6 for name in ["smollm2-135m", *checkpoints])
+    pair = ["compare", run_id, run_id, "--db", db, "--pair"]
+    assert cli(*pair, f"smollm2-135m={checkpoints[-1]}").returncode == 0
+    regressed = cli(*pair, f"{checkpoints[-1]}=smollm2-135m", "--json")
+    assert regressed.returncode == 1, regressed.stdout
+    verdicts = {row["metric"]: row["verdict"] for row in json.loads(regressed.stdout)["metrics"]}
+    assert verdicts["played"] == "regression", verdicts
