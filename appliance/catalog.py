@@ -189,11 +189,14 @@ class Catalog(BaseModel):
     models: dict[str, ModelSpec]
     #: an entry with `adapters = "GLOB"`: its name, and the entries of its checkpoints in order
     sweeps: dict[str, list[str]] = Field(default_factory=dict)
+    #: sweeps whose pattern matched nothing, and the pattern: an error when one is used, not before
+    empty_sweeps: dict[str, str] = Field(default_factory=dict)
 
     def get(self, name: str) -> ModelSpec:
         try:
             return self.models[name]
         except KeyError:
+            self._refuse_empty_sweep(name)
             if name in self.sweeps:
                 raise ApplianceError(
                     f"{self.source}: '{name}' is a sweep of {len(self.sweeps[name])} checkpoints "
@@ -204,7 +207,14 @@ class Catalog(BaseModel):
 
     def expand_sweeps(self, names: Iterable[str]) -> list[str]:
         """`names` with each sweep replaced by its checkpoints' entries."""
+        for name in names:
+            self._refuse_empty_sweep(name)
         return [expanded for name in names for expanded in self.sweeps.get(name, [name])]
+
+    def _refuse_empty_sweep(self, name: str) -> None:
+        if name in self.empty_sweeps:
+            pattern = self.empty_sweeps[name]
+            raise ApplianceError(f"{self.source} [models.{name}]: field 'adapters': nothing matches '{pattern}'")
 
     def resolve_path(self, spec: ModelSpec) -> Path:
         return locate_model_file(spec, self.source.parent)
@@ -248,11 +258,12 @@ def load_catalog(path: str | Path = DEFAULT_MODELS_FILE) -> Catalog:
             models.update((spec.name, spec) for spec in specs)
             if "adapters" in entry:
                 sweeps[name] = [spec.name for spec in specs]
+    empty = {name: str(models_table[name]["adapters"]) for name, found in sweeps.items() if not found}
     try:
         defaults = CatalogDefaults(**raw.get("defaults", {}))
     except ValidationError as error:
         raise ApplianceError(describe_validation_error(f"{source} [defaults]", error)) from None
-    catalog = Catalog(source=source, defaults=defaults, models=models, sweeps=sweeps)
+    catalog = Catalog(source=source, defaults=defaults, models=models, sweeps=sweeps, empty_sweeps=empty)
     for name in [*defaults.players, *(n for n in (defaults.interrogator, defaults.simulator) if n)]:
         if name not in models and name not in sweeps:
             raise ApplianceError(f"{source}: field 'defaults': unknown model '{name}'")
@@ -269,7 +280,8 @@ def adapter_specs(
     """The entries of a LoRA adapter over a whole model: one, or one per checkpoint of `adapters`.
 
     `adapters = "GLOB"` (a folder of checkpoints) gives an entry per match, named
-    `NAME@<checkpoint folder>`, in the checkpoints' numeric order.
+    `NAME@<checkpoint folder>`, in the checkpoints' numeric order. A pattern that matches nothing
+    gives no entry (a models.toml copied elsewhere still loads); using the sweep is then an error.
     """
     where = f"{source} [models.{name}]"
     extra = [key for key in entry if key not in ADAPTER_FIELDS]
@@ -297,8 +309,6 @@ def adapter_specs(
     else:
         assert isinstance(pattern, str)
         matches = glob.glob(str(_relative_to(Path(os.path.expanduser(pattern)), source)))
-        if not matches:
-            raise ApplianceError(f"{where}: field 'adapters': nothing matches '{pattern}'")
         named = [(f"{name}@{Path(match).name}", match) for match in sorted(matches, key=_natural_order)]
     update = {"base": base, "scale": None if scale is None else float(scale)}
     return [

@@ -107,7 +107,7 @@ def test_bad_adapter_entries_are_one_line_errors_naming_the_field(tmp_path: Path
         f'[models.big]\npath = "big.gguf"\n\n[models.ft]\nbase = "big"\nadapter = "x.gguf"\n\n[models.new]\n{entry}\n'
     )
     with pytest.raises(ApplianceError) as raised:
-        load_catalog(tmp_path / "models.toml")
+        load_catalog(tmp_path / "models.toml").expand_sweeps(["new"])
     assert message in str(raised.value) and "[models.new]" in str(raised.value)
     assert "\n" not in str(raised.value)
 
@@ -248,6 +248,14 @@ adapter = "{peft_only}"
 [models.missing]
 base = "base"
 adapter = "{tmp_path / "nowhere.gguf"}"
+
+[models.on-vllm]
+backend = "vllm"
+path = "{smollm2_path}"
+
+[models.vllm-tuned]
+base = "on-vllm"
+adapter = "{FINE_TUNE}"
 """
     models = write_models(tmp_path, smollm2_path, extra)
     db = tmp_path / "store.duckdb"
@@ -255,6 +263,7 @@ adapter = "{tmp_path / "nowhere.gguf"}"
         "misfit": ["misfit.gguf", "incorrect shape"],
         "peft-only": ["peft-only holds no GGUF LoRA", "appliance adapter to-gguf"],
         "missing": ["nowhere.gguf not found"],
+        "vllm-tuned": ["the vllm backend does not take adapters yet"],
     }
     for name, fragments in expected.items():
         result = subprocess.run(

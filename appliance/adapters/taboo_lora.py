@@ -13,7 +13,6 @@ as PEFT folders, each with its GGUF LoRA beside it for llama.cpp.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import shutil
@@ -30,6 +29,7 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext
 from appliance.paths import default_models_file, project_root, scenarios_dir
+from appliance.pool import ModelPool
 from appliance.scenarios.clembench.family import play_game
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable
@@ -247,17 +247,13 @@ def _play_perfectly(
         pairs.append((request, text))
         return text
 
-    scheduler = Scheduler({"teacher": ScriptedBackend("teacher", reply)})
-    roles = {"player": RoleBinding("teacher"), "partner": RoleBinding("teacher")}
-    table = GameTable(EpisodeContext("train", 0, scheduler, roles))
-
-    async def game() -> None:
-        task = asyncio.ensure_future(play_game(table, instance))
-        await scheduler.drive(task)
-        outcome = task.result()
+    async def game(item: ClemInstance, scheduler: Scheduler) -> None:
+        roles = {"player": RoleBinding("teacher"), "partner": RoleBinding("teacher")}
+        outcome = await play_game(GameTable(EpisodeContext("train", 0, scheduler, roles)), item)
         assert outcome.status == "success", (target, outcome)
 
-    asyncio.run(game())
+    with ModelPool({"teacher": ScriptedBackend("teacher", reply)}, parallel=1) as pool:
+        pool.play([instance], game)
     return pairs
 
 

@@ -299,6 +299,12 @@ def bench(
     skip_stateless: Annotated[
         bool, typer.Option("--skip-stateless", help="leave out the end-to-end arm that reuses nothing (the slowest)")
     ] = False,
+    adapters: Annotated[
+        str | None,
+        typer.Option(help="a sweep of adapters: played in one run against one run per checkpoint (time, peak RSS)"),
+    ] = None,
+    scenario: Annotated[str, typer.Option(help="--adapters: the scenario played")] = "clembench",
+    limit: Annotated[int, typer.Option(min=1, help="--adapters: instances per game or family")] = 6,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -307,6 +313,16 @@ def bench(
     from appliance.bench.suite import run_bench, write_outputs
 
     catalog = load_models(models)
+    if adapters is not None:
+        from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
+
+        adapter_bench = run_adapter_bench(catalog, adapters, scenario, limit)
+        paths = write_adapter_bench(adapter_bench, out)
+        if as_json:
+            print(adapter_bench.model_dump_json())
+        else:
+            console.print(f"wrote {paths[0]} and {paths[1]}")
+        return
     if backend != "llama_cpp":
         _bench_other_backend(catalog, backend, model, quick=quick, out=out, as_json=as_json)
         return

@@ -251,4 +251,9 @@ class VllmBackend:
 
 @register_backend("vllm")
 def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int) -> VllmBackend:
+    if spec.adapter is not None:
+        raise ApplianceError(
+            f"model '{spec.name}': field 'adapter': the vllm backend does not take adapters yet "
+            "(use a llama_cpp or transformers base)"
+        )
     return VllmBackend(catalog.resolve_path(spec), spec)
