@@ -146,6 +146,8 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
+        if self.base is None and (self.adapter is not None or self.scale is not None):
+            raise ValueError("'adapter' and 'scale' need 'base' (the whole model the adapter applies to)")
         if self.synthetic is not None:
             if self.path is not None or self.package is not None:
                 raise ValueError("a 'synthetic' model has no 'path' or 'package'")

@@ -100,6 +100,7 @@ adapters = "runs/checkpoint-*"
         ('base = "big"\nadapters = "runs/none-*"', "field 'adapters': nothing matches 'runs/none-*'"),
         ('base = "big"\nadapter = "a.gguf"\nscale = "high"', "field 'scale': expected a number"),
         ('base = "big"\nadapter = 3', "field 'adapter': expected a path"),
+        ('path = "big.gguf"\nadapter = "a.gguf"', "'adapter' and 'scale' need 'base'"),
     ],
 )
 def test_bad_adapter_entries_are_one_line_errors_naming_the_field(tmp_path: Path, entry: str, message: str) -> None:
@@ -345,3 +346,21 @@ def test_a_sweep_plays_in_one_run_and_the_gate_gives_the_fine_tune_its_verdict(t
     assert regressed.returncode == 1, regressed.stdout
     verdicts = {row["metric"]: row["verdict"] for row in json.loads(regressed.stdout)["metrics"]}
     assert verdicts["played"] == "regression", verdicts
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed (pip install -e '.[hf]')")
+def test_to_gguf_rewrites_the_committed_lora_byte_for_byte_and_refuses_a_folder_that_is_not_peft(
+    tmp_path: Path,
+) -> None:
+    def to_gguf(folder: Path, out: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "appliance", "adapter", "to-gguf", str(folder), "--base", "smollm2-135m"]
+        return subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    converted = to_gguf(FINE_TUNE, tmp_path / "adapter.gguf")
+    assert converted.returncode == 0, converted.stderr
+    assert (tmp_path / "adapter.gguf").read_bytes() == (FINE_TUNE / "adapter.gguf").read_bytes()
+    refused = to_gguf(tmp_path, tmp_path / "other.gguf")
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "not a PEFT adapter folder (adapter_config.json missing)" in lines[0]
+    assert not (tmp_path / "other.gguf").exists()

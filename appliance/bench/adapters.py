@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from appliance.bench.machine import describe_machine
+from appliance.bench.outputs import write_bench_files
 from appliance.catalog import Catalog
 from appliance.errors import ApplianceError
 from appliance.runner import package_versions
@@ -149,9 +150,4 @@ def _shown(figures: dict[str, float | None]) -> str:
 
 
 def write_adapter_bench(bench: AdapterBench, folder: Path) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"bench-{bench.bench_id}-adapters"
-    json_path, markdown_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(bench.model_dump_json(indent=2) + "\n")
-    markdown_path.write_text(render_adapter_bench(bench))
-    return json_path, markdown_path
+    return write_bench_files(folder, f"bench-{bench.bench_id}-adapters", bench, render_adapter_bench(bench))

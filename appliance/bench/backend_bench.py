@@ -34,6 +34,7 @@ from pydantic import BaseModel
 from appliance.bench.decode import bench_prompts
 from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.machine import describe_machine
+from appliance.bench.outputs import write_bench_files
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
@@ -383,12 +384,7 @@ def _weight_bytes(backend: Backend) -> int | None:
 
 
 def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"bench-{report.bench_id}"
-    json_path, markdown_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(report.model_dump_json(indent=2) + "\n")
-    markdown_path.write_text(render_backend_markdown(report))
-    return json_path, markdown_path
+    return write_bench_files(folder, f"bench-{report.bench_id}", report, render_backend_markdown(report))
 
 
 def render_backend_markdown(report: BackendBenchReport) -> str:

@@ -28,6 +28,7 @@ from appliance.bench.grammar import markdown_lines as grammar_lines
 from appliance.bench.ideal import IdealTime, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.memory import MemoryResult
+from appliance.bench.outputs import write_bench_files
 from appliance.bench.scoring import ScoringBench, scoring_bench
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
@@ -340,13 +341,7 @@ def _memory_in_subprocess(model: Path, plan: BenchPlan) -> MemoryResult:
 
 
 def write_outputs(report: BenchReport, folder: Path) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = folder / f"bench-{report.bench_id}"
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(report.model_dump_json(indent=2) + "\n")
-    markdown_path = stem.with_suffix(".md")
-    markdown_path.write_text(render_markdown(report))
-    return json_path, markdown_path
+    return write_bench_files(folder, f"bench-{report.bench_id}", report, render_markdown(report))
 
 
 def render_markdown(report: BenchReport) -> str:

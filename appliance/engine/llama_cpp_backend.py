@@ -149,7 +149,12 @@ class LlamaCppBackend:
             self.model.close()
             raise ApplianceError(f"model '{name}': llama.cpp could not create a context of {params.n_ctx} tokens")
         if lora is not None:
-            apply_adapter(self.context, lora, adapter_scale)
+            try:
+                apply_adapter(self.context, lora, adapter_scale)
+            except ApplianceError:
+                C.llama_free(self.context)
+                self.model.close()
+                raise
         self.memory = C.llama_get_memory(self.context)
         self.context_length = int(C.llama_n_ctx_seq(self.context))
         self.batch_tokens = batch_tokens
