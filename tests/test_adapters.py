@@ -177,7 +177,10 @@ def test_an_adapter_moves_probabilities_alike_through_llama_cpp_and_transformers
     token (adapter minus base) must agree. Measured here: the committed fine-tune, correlation 0.996
     and mean |difference| 0.14 nats; a random query/key adapter 0.97 and 0.14, where a conversion
     without the rotary row order gave -0.14 and 0.79."""
+    from appliance.engine.hf_loading import hf_folder_from_gguf
+
     query_key = _random_query_key_adapter(tmp_path / "qk", smollm2_path)
+    dequantised = hf_folder_from_gguf(smollm2_path, "base")  # the GGUF's weights in float32, saved once
     entries = "\n".join(
         f'[models.{name}]\nbase = "{base}"\nadapter = "{adapter}"\n'
         for name, base, adapter in [
@@ -186,7 +189,7 @@ def test_an_adapter_moves_probabilities_alike_through_llama_cpp_and_transformers
             ("hf-qk", "hf-base", query_key),
         ]
     )
-    extra = f'[models.hf-base]\nbackend = "transformers"\npath = "{smollm2_path}"\nslots = 2\nthreads = 2\n\n{entries}'
+    extra = f'[models.hf-base]\nbackend = "transformers"\npath = "{dequantised}"\nslots = 2\nthreads = 2\n\n{entries}'
     catalog = load_catalog(write_models(tmp_path, smollm2_path, extra))
     request = GenerationRequest(
         messages=(Message(role="user", content=DESCRIBER),),

@@ -386,6 +386,8 @@ def models_list(models: ModelsOption = None, as_json: JsonOption = False) -> Non
         except ApplianceError:  # not installed, or a synthetic model (no file)
             path = None
         present = spec.synthetic is not None or (path is not None and path.exists())
+        adapter = catalog.resolve_adapter(spec)
+        present = present and (adapter is None or adapter.exists())
         size = path.stat().st_size if present and path is not None and path.is_file() else None
         rows.append(
             {
@@ -445,6 +447,8 @@ def models_check(
         backend.close()
     completion = results[0][1]
     source = spec.describe_source() if spec.synthetic is not None else catalog.resolve_path(spec)
+    if spec.adapter is not None:
+        source = f"{source} with LoRA {catalog.resolve_adapter(spec)} (scale {spec.adapter_scale:g})"
     console.print(f"model '{name}' loaded in {loaded:.2f} s from {source}")
     console.print(
         f"generated {completion.completion_tokens} tokens in {completion.latency_s:.2f} s "
