@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import TypeVar
 
 from appliance.catalog import Catalog
-from appliance.engine.backend import Backend, BackendCounters
-from appliance.engine.factory import open_backend
+from appliance.engine.backend import Backend, BackendCounters, distinct_backends
+from appliance.engine.factory import adapter_hosts, open_adapter_host, open_backend
 from appliance.roles import BackendFactory
 from appliance.scheduler import Scheduler
 
@@ -28,11 +28,16 @@ Work = Callable[[ItemT, Scheduler], Awaitable[ResultT]]
 
 
 class ModelPool:
-    """Backends by model name, the concurrency limit, and `play`; use it as a context manager."""
+    """Backends by model name, the concurrency limit, and `play`; use it as a context manager.
 
-    def __init__(self, backends: Mapping[str, Backend], *, parallel: int) -> None:
+    Several names may share one backend: a base and its adapters on a backend that hosts adapters.
+    `adapters` names the entries that are adapters on such a shared backend.
+    """
+
+    def __init__(self, backends: Mapping[str, Backend], *, parallel: int, adapters: Iterable[str] = ()) -> None:
         self.backends = dict(backends)
         self.parallel = parallel
+        self.adapters = frozenset(adapters)
 
     @classmethod
     def load(
@@ -43,16 +48,31 @@ class ModelPool:
         parallel: int,
         backend_factory: BackendFactory = open_backend,
     ) -> ModelPool:
-        """Open every named model (once each, in order); a model that fails to load closes the others."""
+        """Open every named model (once each, in order); a model that fails to load closes the others.
+
+        The adapter entries of one base whose backend hosts adapters share one backend, opened for the
+        base with all of them (`open_adapter_host`, whatever the factory); the base's own name maps to
+        it too when the job uses the base."""
+        names = list(dict.fromkeys(names))
+        hosted = adapter_hosts(catalog, names)
+        hosted_names = {spec.name for specs in hosted.values() for spec in specs}
         backends: dict[str, Backend] = {}
         try:
-            for name in dict.fromkeys(names):
-                backends[name] = backend_factory(catalog, catalog.get(name), parallel=parallel)
+            for name in names:
+                spec = catalog.get(name)
+                host = spec.base if name in hosted_names else name if name in hosted else None
+                if host is None:
+                    backends[name] = backend_factory(catalog, spec, parallel=parallel)
+                    continue
+                if host not in backends:
+                    backends[host] = open_adapter_host(catalog, catalog.get(host), hosted[host], parallel=parallel)
+                backends[name] = backends[host]
+            backends = {name: backends[name] for name in names}  # a base opened only as a host serves no one
         except BaseException:
-            for backend in backends.values():
+            for backend in distinct_backends(backends.values()):
                 backend.close()
             raise
-        return cls(backends, parallel=parallel)
+        return cls(backends, parallel=parallel, adapters=hosted_names)
 
     def play(
         self,
@@ -64,7 +84,7 @@ class ModelPool:
         scheduler; `on_result` runs as each finishes, outside the limit (a store write holds no slot)."""
 
         async def play_all() -> list[ResultT]:
-            scheduler = Scheduler(self.backends)
+            scheduler = Scheduler(self.backends, adapters=self.adapters)
             limiter = asyncio.Semaphore(self.parallel)
 
             async def one(item: ItemT) -> ResultT:
@@ -81,10 +101,10 @@ class ModelPool:
         return asyncio.run(play_all())
 
     def counters(self) -> list[BackendCounters]:
-        return [backend.counters for backend in self.backends.values()]
+        return [backend.counters for backend in distinct_backends(self.backends.values())]
 
     def close(self) -> None:
-        for backend in self.backends.values():
+        for backend in distinct_backends(self.backends.values()):
             backend.close()
         self.backends.clear()
 

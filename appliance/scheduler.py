@@ -10,10 +10,10 @@ its slot and the next queued one joins the next step: continuous batching.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
-from appliance.engine.backend import Backend
+from appliance.engine.backend import Backend, distinct_backends
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.errors import ApplianceError
 
@@ -21,9 +21,14 @@ _MAX_SETTLE_ROUNDS = 64
 
 
 class Scheduler:
-    def __init__(self, backends: Mapping[str, Backend]) -> None:
+    """`backends` by model name (a base and its adapters may share one); `adapters`: the names that are
+    adapters on a shared backend, whose requests carry that name so the backend picks the adapter."""
+
+    def __init__(self, backends: Mapping[str, Backend], *, adapters: Iterable[str] = ()) -> None:
         self.backends = dict(backends)
-        self._pending: dict[tuple[str, int], asyncio.Future[Completion]] = {}
+        self.adapters = frozenset(adapters)
+        self._stepped = distinct_backends(self.backends.values())
+        self._pending: dict[tuple[int, int], asyncio.Future[Completion]] = {}  # (id of backend, ticket)
         self._submitted = 0
 
     def _backend(self, model: str) -> Backend:
@@ -39,9 +44,11 @@ class Scheduler:
     def generate(self, model: str, request: GenerationRequest) -> Awaitable[Completion]:
         """Queue `request` on `model` now; the returned future resolves when it finishes."""
         backend = self._backend(model)
+        if model in self.adapters:
+            request = request.model_copy(update={"adapter": model})
         future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         ticket = backend.submit(request)
-        self._pending[(model, ticket)] = future
+        self._pending[(id(backend), ticket)] = future
         self._submitted += 1
         return future
 
@@ -60,12 +67,12 @@ class Scheduler:
         while not work.done():
             await self._settle()
             stepped = False
-            for name, backend in self.backends.items():
+            for backend in self._stepped:
                 if not backend.busy:
                     continue
                 stepped = True
                 for ticket, completion in backend.step():
-                    future = self._pending.pop((name, ticket))
+                    future = self._pending.pop((id(backend), ticket))
                     if not future.cancelled():
                         future.set_result(completion)
             if not stepped:

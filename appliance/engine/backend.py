@@ -9,6 +9,7 @@ is what makes the batching continuous.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,3 +60,8 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def distinct_backends(backends: Iterable[Backend]) -> list[Backend]:
+    """Each backend once, however many model names it serves (a base and its adapters share one)."""
+    return list({id(backend): backend for backend in backends}.values())

@@ -1,12 +1,35 @@
-"""Opening the right backend for a catalog entry: the backend registered under its name."""
+"""Opening the right backend for a catalog entry: the backend registered under its name.
+
+Adapter entries whose backend hosts adapters (transformers, vllm) do not get a backend each: the
+entries of one base share one backend opened for the base with all of them (`adapter_hosts`), and
+each request names its adapter, so sequences of different adapters decode in one batch.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
-from appliance.engine.registry import backend_opener
+from appliance.engine.registry import backend_opener, hosts_adapters
 
 
 def open_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
     """Load the model of `spec`; `parallel` bounds how many sequences are worth a slot."""
     return backend_opener(spec.backend)(catalog, spec, parallel)
+
+
+def open_adapter_host(catalog: Catalog, base: ModelSpec, adapters: Sequence[ModelSpec], *, parallel: int) -> Backend:
+    """One backend for `base` and every entry of `adapters` (LoRAs of it): a request for an adapter
+    carries the adapter's entry name (`GenerationRequest.adapter`), one without plays the base."""
+    return backend_opener(base.backend)(catalog, base, parallel, adapters=adapters)
+
+
+def adapter_hosts(catalog: Catalog, names: Iterable[str]) -> dict[str, list[ModelSpec]]:
+    """The adapter entries among `names` that share their base's backend, by base name, in order."""
+    hosted: dict[str, list[ModelSpec]] = {}
+    for name in dict.fromkeys(names):
+        spec = catalog.get(name)
+        if spec.base is not None and hosts_adapters(spec.backend):
+            hosted.setdefault(spec.base, []).append(spec)
+    return hosted

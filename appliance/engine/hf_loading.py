@@ -9,12 +9,14 @@ never used (it is written aside and renamed when complete).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from appliance.catalog import cache_dir, sha256_of
+from appliance.catalog import cache_dir, sha256_of, sha256_of_tree
 from appliance.errors import ApplianceError
 
 #: the file in a converted folder that holds the sha256 of the GGUF it came from
@@ -57,27 +59,105 @@ def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[st
     return tokenizer, model
 
 
-def with_peft_adapter(model: Any, name: str, adapter: Path, scale: float) -> Any:
-    """`model` with the PEFT LoRA of folder `adapter` on it at `scale` (kept apart from the weights)."""
-    if not (adapter / "adapter_config.json").is_file():
-        what = "a GGUF LoRA (llama_cpp only)" if adapter.suffix == ".gguf" else "not a PEFT adapter folder"
-        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} is {what}; this backend needs a PEFT folder")
+#: PEFT's name for "no adapter" in a mixed-adapter batch
+PEFT_BASE = "__base__"
+
+
+def peft_adapter_folder(name: str, adapter: Path) -> Path:
+    """`adapter` if it is a PEFT folder; otherwise one line saying what it is instead."""
+    if (adapter / "adapter_config.json").is_file():
+        return adapter
+    if not adapter.exists():
+        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} not found")
+    what = "a GGUF LoRA (llama_cpp only)" if adapter.suffix == ".gguf" else "not a PEFT adapter folder"
+    raise ApplianceError(f"model '{name}': field 'adapter': {adapter} is {what}; this backend needs a PEFT folder")
+
+
+def with_peft_adapters(model: Any, adapters: Mapping[str, tuple[Path, float]]) -> Any:
+    """`model` with each PEFT LoRA of `adapters` (entry name -> folder, scale) loaded under its entry
+    name, kept apart from the weights, so a batch can mix them (`adapter_names=` per row)."""
     try:
         from peft import PeftModel
     except ImportError:
-        raise ApplianceError(f"model '{name}': a PEFT adapter needs peft: pip install -e '.[hf]'") from None
-    try:
-        wrapped = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
-    except (OSError, ValueError, RuntimeError, KeyError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ApplianceError(f"model '{name}': adapter {adapter} does not load on its base: {first}") from None
-    if scale != 1.0:
-        for module in wrapped.modules():
-            scaling = getattr(module, "scaling", None)
-            if isinstance(scaling, dict):  # PEFT's LoRA layers: alpha / rank per adapter
-                for key in scaling:
-                    scaling[key] *= scale
+        first = next(iter(adapters))
+        raise ApplianceError(f"model '{first}': a PEFT adapter needs peft: pip install -e '.[hf]'") from None
+    wrapped: Any = model
+    for name, (adapter, scale) in adapters.items():
+        folder = peft_adapter_folder(name, adapter)
+        try:
+            if wrapped is model:
+                wrapped = PeftModel.from_pretrained(model, str(folder), adapter_name=name, is_trainable=False)
+            else:
+                wrapped.load_adapter(str(folder), adapter_name=name, is_trainable=False)
+        except (OSError, ValueError, RuntimeError, KeyError) as error:
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+            first = next((line for line in lines if "mismatch" in line), lines[0])  # torch's shape lines come second
+            raise ApplianceError(f"model '{name}': adapter {folder} does not load on its base: {first}") from None
+        if scale != 1.0:
+            for module in wrapped.modules():
+                scaling = getattr(module, "scaling", None)
+                if isinstance(scaling, dict) and name in scaling:  # PEFT's LoRA layers: alpha / rank per adapter
+                    scaling[name] *= scale
     return wrapped
+
+
+def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
+    """A PEFT folder whose LoRA is `adapter`'s times `scale`, for engines that take no scale (vLLM):
+    `adapter` itself at 1, else a copy of its config with `lora_alpha` (and any per-module alphas)
+    multiplied, beside links to its weights, made once under the cache folder."""
+    folder = peft_adapter_folder(name, adapter)
+    if scale == 1.0:
+        return folder
+    target = cache_dir() / "lora" / f"{sha256_of_tree(folder)[:16]}-x{scale:g}"
+    if (target / "adapter_config.json").is_file():
+        return target
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["lora_alpha"] = config.get("lora_alpha", config.get("r", 8)) * scale
+    config["alpha_pattern"] = {key: alpha * scale for key, alpha in (config.get("alpha_pattern") or {}).items()}
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for file in folder.iterdir():
+        if file.is_file() and file.name != "adapter_config.json":
+            (staging / file.name).symlink_to(file.resolve())
+    (staging / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def check_peft_fits(name: str, adapter: Path, base: Path) -> None:
+    """Refuse, in one line, a PEFT LoRA whose matrices do not fit the weights of the Hugging Face folder
+    `base` (read from the safetensors headers alone). vLLM would load such an adapter without a word."""
+    from safetensors import safe_open
+
+    def shapes(files: list[Path]) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for file in files:
+            with safe_open(str(file), framework="numpy") as tensors:
+                found |= {key: list(tensors.get_slice(key).get_shape()) for key in tensors.keys()}  # noqa: SIM118
+        return found
+
+    weights = shapes(sorted(base.glob("*.safetensors")))
+    for key, shape in shapes(sorted(adapter.glob("adapter_model*.safetensors"))).items():
+        module, _, part = key.removeprefix("base_model.model.").rpartition(".lora_")
+        target = weights.get(f"{module}.weight")
+        if part not in ("A.weight", "B.weight"):
+            continue
+        if target is None:
+            raise ApplianceError(f"model '{name}': adapter {adapter}: {module} is not a weight of base {base.name}")
+        side = target[1] if part == "A.weight" else target[0]  # A reads the layer's input, B writes its output
+        if shape[1 if part == "A.weight" else 0] != side:
+            raise ApplianceError(
+                f"model '{name}': adapter {adapter}: {key} has shape {shape}, which does not fit "
+                f"{module}.weight {target} of base {base.name}"
+            )
+
+
+def peft_rank(folder: Path) -> int:
+    """The largest LoRA rank of a PEFT folder (its `r`, or a per-module rank above it)."""
+    config = json.loads((folder / "adapter_config.json").read_text())
+    return max([int(config.get("r", 8)), *(int(rank) for rank in (config.get("rank_pattern") or {}).values())])
 
 
 def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:

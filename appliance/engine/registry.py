@@ -23,13 +23,18 @@ MODULE_SUFFIX = "_backend"
 BACKENDS: Registry[BackendOpener] = Registry(
     "backend", lambda: import_submodules("appliance.engine", suffix=MODULE_SUFFIX)
 )
+#: backends whose one loaded model serves its base and any number of LoRA adapters, request by request
+#: (their opener takes `adapters=`); the others load an adapter entry on its own
+ADAPTER_HOSTS: set[str] = set()
 
 
-def register_backend(name: str) -> Callable[[OpenerT], OpenerT]:
+def register_backend(name: str, *, hosts_adapters: bool = False) -> Callable[[OpenerT], OpenerT]:
     """Decorate a backend module's opener: `@register_backend("llama_cpp")`."""
 
     def register(opener: OpenerT) -> OpenerT:
         BACKENDS.add(name, opener)
+        if hosts_adapters:
+            ADAPTER_HOSTS.add(name)
         return opener
 
     return register
@@ -41,3 +46,9 @@ def backend_names() -> list[str]:
 
 def backend_opener(name: str) -> BackendOpener:
     return BACKENDS.get(name)
+
+
+def hosts_adapters(name: str) -> bool:
+    """Whether backend `name` serves a base and its adapters from one loaded model."""
+    BACKENDS.known()
+    return name in ADAPTER_HOSTS

@@ -7,19 +7,31 @@ steps, and a conversation's cache is kept between its turns
 does: fork one prompt's prefill for another's shared prefix, and enforce
 grammars (a constrained role's reply is parsed as is; failures are stored as
 unparsed).
+
+One backend serves a base and any number of PEFT LoRA adapters of it: each request names its adapter
+(`GenerationRequest.adapter`) and a batch mixes them, PEFT applying each row's own adapter in the same
+forward pass; the base's weights are loaded once.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
-from appliance.engine.hf_loading import import_torch_stack, load_pretrained, model_placement, with_peft_adapter
+from appliance.engine.hf_loading import (
+    PEFT_BASE,
+    import_torch_stack,
+    load_pretrained,
+    model_placement,
+    peft_adapter_folder,
+    with_peft_adapters,
+)
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, plan_for_request, refused_scoring, scored_completion
 from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
@@ -33,6 +45,7 @@ from appliance.engine.transformers_batching import (
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest
+from appliance.errors import ApplianceError
 
 
 class TransformersBackend:
@@ -49,9 +62,11 @@ class TransformersBackend:
         attn_implementation: str | None = None,
         threads: int | None = None,
         reuse_cache: bool = True,
-        adapter: Path | None = None,
-        adapter_scale: float = 1.0,
+        adapters: Mapping[str, tuple[Path, float]] | None = None,
+        default_adapter: str | None = None,
     ) -> None:
+        """`adapters`: PEFT LoRA folders and scales by entry name; `default_adapter`: the one a request
+        naming none plays (None: the base)."""
         torch, transformers = import_torch_stack()
         self.torch = torch
         self.transformers = transformers
@@ -66,8 +81,10 @@ class TransformersBackend:
         else:
             assert path is not None
             self.tokenizer, self.model = load_pretrained(transformers, name, path, placement)
-            if adapter is not None:
-                self.model = with_peft_adapter(self.model, name, adapter, adapter_scale)
+            if adapters:
+                self.model = with_peft_adapters(self.model, adapters)
+        self.adapters = frozenset(adapters or ())
+        self.default_adapter = default_adapter
         if device == "auto" and synthetic is None:  # accelerate placed the layers (over every GPU, then CPU)
             self.device = str(self.model.device)
         else:
@@ -89,6 +106,10 @@ class TransformersBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
+        adapter = request.adapter or self.default_adapter
+        if adapter is not None and adapter not in self.adapters:
+            raise ApplianceError(f"model '{self.name}' holds no adapter '{adapter}'")
+        request = request.model_copy(update={"adapter": adapter})
         ticket = self._next_ticket
         self._next_ticket += 1
         if request.scoring is not None:
@@ -97,13 +118,18 @@ class TransformersBackend:
             return ticket
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
+        # a conversation's cache holds one adapter's keys and values: each adapter keeps its own
+        conversation = request.conversation_key
+        if conversation is not None and adapter is not None:
+            conversation = f"{adapter}\x00{conversation}"
         sequence = LiveSequence(
             ticket=ticket,
             prompt=list(prompt),
             sampling=request.sampling,
             stops=stops,
-            conversation=request.conversation_key,
+            conversation=conversation,
             submitted_at=time.perf_counter(),
+            adapter=adapter,
         )
         self.waiting.append(sequence)
         self.counters.requests += 1
@@ -144,7 +170,7 @@ class TransformersBackend:
             return refused_scoring(self.name, error, submitted)
         with self.torch.inference_mode():
             tokens = self.torch.tensor([plan.tokens], device=self.device)
-            logits = self.model(input_ids=tokens, use_cache=False).logits[0]
+            logits = self.model(input_ids=tokens, use_cache=False, **self._adapter_rows([request.adapter])).logits[0]
             for position in range(plan.first_read, len(plan.tokens)):
                 if plan.wants(position):
                     plan.read(position, logits[position].float().cpu().numpy())
@@ -167,7 +193,13 @@ class TransformersBackend:
         sequence.processors = logits_processors(sequence.sampling)
         remainder = self.torch.tensor([sequence.prompt[reuse:]], device=self.device)
         positions = self.torch.arange(reuse, len(sequence.prompt), device=self.device).unsqueeze(0)
-        output = self.model(input_ids=remainder, position_ids=positions, past_key_values=sequence.cache, use_cache=True)
+        output = self.model(
+            input_ids=remainder,
+            position_ids=positions,
+            past_key_values=sequence.cache,
+            use_cache=True,
+            **self._adapter_rows([sequence.adapter]),
+        )
         self.counters.prompt_tokens += len(sequence.prompt)
         self.counters.cached_prompt_tokens += reuse
         self.live.append(sequence)
@@ -187,11 +219,18 @@ class TransformersBackend:
             position_ids=positions,
             past_key_values=self.batch.cache,
             use_cache=True,
+            **self._adapter_rows([s.adapter for s in sequences]),
         )
         self.counters.decode_calls += 1
         for row, sequence in enumerate(sequences):
             sequence.pending = None
             self._accept(sequence, choose_token(self.torch, sequence, output.logits[row, -1]))
+
+    def _adapter_rows(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        """PEFT's per-row adapter names for a forward pass (nothing when no adapter is loaded)."""
+        if not self.adapters:
+            return {}
+        return {"adapter_names": [adapter or PEFT_BASE for adapter in adapters]}
 
     def _accept(self, sequence: LiveSequence, token: int) -> None:
         """A sampled token: the end of the reply, or one more generated token (fed on the next step)."""
@@ -235,10 +274,24 @@ class TransformersBackend:
 
 
 def transformers_backend_for(
-    catalog: Catalog, spec: ModelSpec, *, slots: int, reuse_cache: bool = True
+    catalog: Catalog,
+    spec: ModelSpec,
+    *,
+    slots: int,
+    reuse_cache: bool = True,
+    adapters: Sequence[ModelSpec] = (),
 ) -> TransformersBackend:
-    """The backend for a models.toml entry; `reuse_cache=False` keeps no turn's cache (a stateless baseline)."""
+    """The backend for a models.toml entry, serving `adapters` (entries of LoRAs of it) as well; an
+    adapter entry alone is its base serving that adapter by default. `reuse_cache=False` keeps no
+    turn's cache (a stateless baseline)."""
     shape = spec.synthetic_shape
+    default = spec.name if spec.adapter is not None else None
+    served = [spec] if spec.adapter is not None else list(adapters)
+    folders: dict[str, tuple[Path, float]] = {}
+    for entry in served:  # each adapter checked before the base is loaded
+        adapter = catalog.resolve_adapter(entry)
+        assert adapter is not None  # an entry with a base has an adapter (catalog.adapter_specs)
+        folders[entry.name] = (peft_adapter_folder(entry.name, adapter), entry.adapter_scale)
     return TransformersBackend(
         None if shape is not None else catalog.resolve_path(spec),
         name=spec.name,
@@ -250,11 +303,13 @@ def transformers_backend_for(
         attn_implementation=spec.attn_implementation,
         threads=spec.threads,
         reuse_cache=reuse_cache,
-        adapter=catalog.resolve_adapter(spec),
-        adapter_scale=spec.adapter_scale,
+        adapters=folders,
+        default_adapter=default,
     )
 
 
-@register_backend("transformers")
-def open_transformers(catalog: Catalog, spec: ModelSpec, parallel: int) -> TransformersBackend:
-    return transformers_backend_for(catalog, spec, slots=max(1, min(spec.slots, parallel * 4)))
+@register_backend("transformers", hosts_adapters=True)
+def open_transformers(
+    catalog: Catalog, spec: ModelSpec, parallel: int, adapters: Sequence[ModelSpec] = ()
+) -> TransformersBackend:
+    return transformers_backend_for(catalog, spec, slots=max(1, min(spec.slots, parallel * 4)), adapters=adapters)

@@ -41,6 +41,8 @@ class LiveSequence:
     stops: tuple[str, ...]
     conversation: str | None
     submitted_at: float
+    #: the adapter entry this sequence plays (None: the base)
+    adapter: str | None = None
     #: a DynamicCache of this sequence alone (prompt and generated tokens fed so far)
     cache: Any = None
     #: prompt tokens served from a stored conversation cache

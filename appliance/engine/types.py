@@ -121,6 +121,9 @@ class GenerationRequest(BaseModel):
     reserve_output: bool = False
     #: set: a scoring request (prefill only; `sampling` and `grammar` are ignored)
     scoring: ScoringRequest | None = None
+    #: the adapter entry this request plays, on a backend that serves a base and its adapters (set by the
+    #: scheduler from the model name; None: the backend's own model)
+    adapter: str | None = None
 
 
 FinishReason = Literal["stop", "length", "context_overflow", "error"]

