@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,7 +126,9 @@ def test_adapters_share_one_base_and_scale_zero_is_the_base_token_for_token(tmp_
     """Base, fine-tune and the fine-tune at scale 0 in one pool, their requests in one scheduler: the
     weights are loaded once, scale 0 reproduces the base exactly, the fine-tune follows taboo's formats
     (the base does not), and a seeded sample does not depend on which other adapters share the steps."""
-    catalog = load_catalog(write_models(tmp_path, smollm2_path))
+    own_copy = tmp_path / smollm2_path.name  # a file no other test's backend holds, so its users are ours
+    shutil.copyfile(smollm2_path, own_copy)
+    catalog = load_catalog(write_models(tmp_path, own_copy))
     prompts = [_greedy(DESCRIBER), _greedy(GUESSER), _greedy(DESCRIBER, seed=7, temperature=0.9)]
     with ModelPool.load(catalog, ["base", "tuned", "off"], parallel=2) as pool:
         models = {name: backend.model for name, backend in pool.backends.items()}  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ requests of different adapters together (multi-LoRA). The engine runs in this pr
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import time
@@ -38,9 +39,26 @@ from appliance.engine.scoring import (
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
 
-#: the share of memory vLLM reserves for weights and KV cache when models.toml does not say: on the
-#: CPU it is a share of host memory, which vLLM would otherwise take most of
-CPU_MEMORY_SHARE = 0.3
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+FALLBACK_KV_BYTES = 2**30
+
+
+def kv_cache_bytes(folder: Path, spec: ModelSpec) -> int:
+    """The KV memory an engine gets: `kv_budget_mb` when models.toml sets it, else room for every slot
+    at the full context (from the folder's config). vLLM's own CPU sizing is a share of host memory
+    minus what the process already holds, which leaves nothing for a second engine in one process
+    (a panel of two vLLM judges)."""
+    if spec.kv_budget_mb is not None:
+        return spec.kv_budget_mb * 2**20
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        config = config.get("text_config", config)
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        per_token = 2 * int(config["num_hidden_layers"]) * int(config.get("num_key_value_heads", heads)) * head_dim
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return FALLBACK_KV_BYTES  # a folder vLLM cannot read either: vLLM's own error will say why
+    return per_token * DTYPE_BYTES.get(spec.dtype or "float32", 4) * spec.slots * spec.context_length
 
 
 def _import_vllm(model: str) -> Any:
@@ -110,8 +128,11 @@ class VllmBackend:
         self.name = spec.name
         self.context_length = spec.context_length
         self.default_adapter = default_adapter
-        on_cpu = _on_cpu()
-        engine = {"gpu_memory_utilization": CPU_MEMORY_SHARE, "enforce_eager": True} if on_cpu else {}
+        engine: dict[str, Any] = {}
+        if _on_cpu():
+            engine = {"enforce_eager": True, "kv_cache_memory_bytes": kv_cache_bytes(path, spec)}
+        elif spec.kv_budget_mb is not None:
+            engine = {"kv_cache_memory_bytes": spec.kv_budget_mb * 2**20}
         if adapters:
             from vllm.lora.request import LoRARequest
 
