@@ -9,11 +9,12 @@ is what makes the batching continuous.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from appliance.engine.types import Completion, GenerationRequest
+from appliance.errors import ApplianceError
 
 
 @dataclass
@@ -60,6 +61,15 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def adapter_of(request: GenerationRequest, backend: str, adapters: Collection[str], default: str | None) -> str | None:
+    """The adapter a request plays on a backend that hosts `adapters`: the one it names, else the
+    backend's default (None: the base); a name the backend does not hold is a bug upstream, and an error."""
+    adapter = request.adapter or default
+    if adapter is not None and adapter not in adapters:
+        raise ApplianceError(f"model '{backend}' holds no adapter '{adapter}'")
+    return adapter
 
 
 def distinct_backends(backends: Iterable[Backend]) -> list[Backend]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters
+from appliance.engine.backend import BackendCounters, adapter_of
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.hf_loading import (
     PEFT_BASE,
@@ -45,7 +45,6 @@ from appliance.engine.transformers_batching import (
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.errors import ApplianceError
 
 
 class TransformersBackend:
@@ -106,9 +105,7 @@ class TransformersBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
-        adapter = request.adapter or self.default_adapter
-        if adapter is not None and adapter not in self.adapters:
-            raise ApplianceError(f"model '{self.name}' holds no adapter '{adapter}'")
+        adapter = adapter_of(request, self.name, self.adapters, self.default_adapter)
         request = request.model_copy(update={"adapter": adapter})
         ticket = self._next_ticket
         self._next_ticket += 1

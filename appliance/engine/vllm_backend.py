@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters
+from appliance.engine.backend import BackendCounters, adapter_of
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
 from appliance.engine.registry import register_backend
@@ -180,10 +180,9 @@ class VllmBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
-        adapter = request.adapter or self.default_adapter
-        if adapter is not None and adapter not in self.loras:
-            raise ApplianceError(f"model '{self.name}' holds no adapter '{adapter}'")
-        request = request.model_copy(update={"adapter": adapter})
+        request = request.model_copy(
+            update={"adapter": adapter_of(request, self.name, self.loras, self.default_adapter)}
+        )
         ticket = self._next_ticket
         self._next_ticket += 1
         self.queue.append((ticket, request, time.perf_counter()))
