@@ -63,13 +63,16 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def adapter_of(request: GenerationRequest, backend: str, adapters: Collection[str], default: str | None) -> str | None:
-    """The adapter a request plays on a backend that hosts `adapters`: the one it names, else the
-    backend's default (None: the base); a name the backend does not hold is a bug upstream, and an error."""
+def with_adapter(
+    request: GenerationRequest, backend: str, adapters: Collection[str], default: str | None
+) -> GenerationRequest:
+    """`request` naming the adapter it plays on a backend that hosts `adapters`: the one it names, else
+    the backend's default (None: the base); a name the backend does not hold is a bug upstream, and an
+    error. Copied only when the adapter changes (most requests name none and have no default)."""
     adapter = request.adapter or default
     if adapter is not None and adapter not in adapters:
         raise ApplianceError(f"model '{backend}' holds no adapter '{adapter}'")
-    return adapter
+    return request if adapter == request.adapter else request.model_copy(update={"adapter": adapter})
 
 
 def distinct_backends(backends: Iterable[Backend]) -> list[Backend]:

@@ -8,6 +8,7 @@ each request names its adapter, so sequences of different adapters decode in one
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
@@ -23,6 +24,21 @@ def open_adapter_host(catalog: Catalog, base: ModelSpec, adapters: Sequence[Mode
     """One backend for `base` and every entry of `adapters` (LoRAs of it): a request for an adapter
     carries the adapter's entry name (`GenerationRequest.adapter`), one without plays the base."""
     return backend_opener(base.backend)(catalog, base, parallel, adapters=adapters)
+
+
+def hosted_adapters(
+    catalog: Catalog, spec: ModelSpec, adapters: Sequence[ModelSpec]
+) -> tuple[dict[str, tuple[Path, float]], str | None]:
+    """What a backend that hosts adapters serves when opened for `spec`: each adapter's file or folder
+    and scale by entry name, and the one a request naming none plays. Opened for a base: `adapters`,
+    and the base by default; opened for an adapter entry alone (`models check`, the bench): that one."""
+    served = [spec] if spec.adapter is not None else list(adapters)
+    files: dict[str, tuple[Path, float]] = {}
+    for entry in served:
+        adapter = catalog.resolve_adapter(entry)
+        assert adapter is not None  # an entry with a base has an adapter (catalog.adapter_specs)
+        files[entry.name] = (adapter, entry.adapter_scale)
+    return files, spec.name if spec.adapter is not None else None
 
 
 def adapter_hosts(catalog: Catalog, names: Iterable[str]) -> dict[str, list[ModelSpec]]:

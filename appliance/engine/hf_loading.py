@@ -147,9 +147,9 @@ def check_peft_fits(name: str, adapter: Path, base: Path) -> None:
     weights = shapes(sorted(base.glob("*.safetensors")))
     for key, shape in shapes(sorted(adapter.glob("adapter_model*.safetensors"))).items():
         module, _, part = key.removeprefix("base_model.model.").rpartition(".lora_")
-        target = weights.get(f"{module}.weight")
         if part not in ("A.weight", "B.weight"):
             continue
+        target = weights.get(f"{module}.weight")
         if target is None:
             raise ApplianceError(f"model '{name}': adapter {adapter}: {module} is not a weight of base {base.name}")
         side = target[1] if part == "A.weight" else target[0]  # A reads the layer's input, B writes its output

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, adapter_of
+from appliance.engine.backend import BackendCounters, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import (
     PEFT_BASE,
     import_torch_stack,
@@ -105,8 +106,8 @@ class TransformersBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
-        adapter = adapter_of(request, self.name, self.adapters, self.default_adapter)
-        request = request.model_copy(update={"adapter": adapter})
+        request = with_adapter(request, self.name, self.adapters, self.default_adapter)
+        adapter = request.adapter
         ticket = self._next_ticket
         self._next_ticket += 1
         if request.scoring is not None:
@@ -282,13 +283,9 @@ def transformers_backend_for(
     adapter entry alone is its base serving that adapter by default. `reuse_cache=False` keeps no
     turn's cache (a stateless baseline)."""
     shape = spec.synthetic_shape
-    default = spec.name if spec.adapter is not None else None
-    served = [spec] if spec.adapter is not None else list(adapters)
-    folders: dict[str, tuple[Path, float]] = {}
-    for entry in served:  # each adapter checked before the base is loaded
-        adapter = catalog.resolve_adapter(entry)
-        assert adapter is not None  # an entry with a base has an adapter (catalog.adapter_specs)
-        folders[entry.name] = (peft_adapter_folder(entry.name, adapter), entry.adapter_scale)
+    served, default = hosted_adapters(catalog, spec, adapters)
+    # each adapter checked before the base is loaded
+    folders = {name: (peft_adapter_folder(name, adapter), scale) for name, (adapter, scale) in served.items()}
     return TransformersBackend(
         None if shape is not None else catalog.resolve_path(spec),
         name=spec.name,

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, adapter_of
+from appliance.engine.backend import BackendCounters, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import (
@@ -180,9 +181,7 @@ class VllmBackend:
         self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
-        request = request.model_copy(
-            update={"adapter": adapter_of(request, self.name, self.loras, self.default_adapter)}
-        )
+        request = with_adapter(request, self.name, self.loras, self.default_adapter)
         ticket = self._next_ticket
         self._next_ticket += 1
         self.queue.append((ticket, request, time.perf_counter()))
@@ -335,12 +334,6 @@ class VllmBackend:
 def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int, adapters: Sequence[ModelSpec] = ()) -> VllmBackend:
     """The engine of `spec`, serving `adapters` (entries of LoRAs of it) as well; an adapter entry alone
     is its base's engine serving that adapter by default."""
-    served = [spec] if spec.adapter is not None else list(adapters)
-    folders: dict[str, Path] = {}
-    for entry in served:
-        adapter = catalog.resolve_adapter(entry)
-        assert adapter is not None  # an entry with a base has an adapter (catalog.adapter_specs)
-        folders[entry.name] = scaled_peft_folder(entry.name, adapter, entry.adapter_scale)
-    return VllmBackend(
-        catalog.resolve_path(spec), spec, folders, default_adapter=spec.name if spec.adapter is not None else None
-    )
+    served, default = hosted_adapters(catalog, spec, adapters)
+    folders = {name: scaled_peft_folder(name, adapter, scale) for name, (adapter, scale) in served.items()}
+    return VllmBackend(catalog.resolve_path(spec), spec, folders, default_adapter=default)
