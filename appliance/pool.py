@@ -10,9 +10,11 @@ here once. The pool knows nothing of the store or the CLI, so a remote worker ca
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from types import TracebackType
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from appliance.catalog import Catalog
 from appliance.engine.backend import Backend, BackendCounters, distinct_backends
@@ -100,6 +102,11 @@ class ModelPool:
 
         return asyncio.run(play_all())
 
+    def serve(self, work: Work[ItemT, ResultT]) -> Serving[ItemT, ResultT]:
+        """`work` for items handed in one by one, from any thread, while others play (a remote
+        worker's calls): as `play`, but open-ended. Close the returned `Serving` before the pool."""
+        return Serving(self, work)
+
     def counters(self) -> list[BackendCounters]:
         return [backend.counters for backend in distinct_backends(self.backends.values())]
 
@@ -115,3 +122,43 @@ class ModelPool:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+class Serving(Generic[ItemT, ResultT]):
+    """A pool's scheduler driven on a thread of its own until closed; `submit` hands it an item."""
+
+    def __init__(self, pool: ModelPool, work: Work[ItemT, ResultT]) -> None:
+        self._work = work
+        self._loop = asyncio.new_event_loop()
+        self._scheduler = Scheduler(pool.backends, adapters=pool.adapters)
+        self._limiter = asyncio.Semaphore(pool.parallel)
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._drive(),), daemon=True)
+        self._thread.start()
+
+    def _finish(self) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    async def _drive(self) -> None:
+        await self._scheduler.drive(self._closed)
+        abandoned = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in abandoned:
+            task.cancel()
+        await asyncio.gather(*abandoned, return_exceptions=True)
+
+    async def _one(self, item: ItemT) -> ResultT:
+        async with self._limiter:
+            return await self._work(item, self._scheduler)
+
+    def submit(self, item: ItemT) -> Future[ResultT]:
+        """Play `item`; the future holds its result (or the exception its work raised)."""
+        return asyncio.run_coroutine_threadsafe(self._one(item), self._loop)
+
+    def close(self) -> None:
+        """Stop driving (work still live is abandoned) and wait for the thread."""
+        if not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._finish)
+        self._thread.join()
+        self._loop.close()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from appliance.judging.panels import Panel
+from appliance.sharding import Shard
 
 #: roles other than "player", "partner" and the judges that a family may need a model for
 SupportRole = Literal["interrogator", "user_agent", "simulator"]
@@ -46,6 +47,23 @@ class RunConfig(BaseModel):
     calibrations: dict[str, str] = Field(default_factory=dict)
     #: family -> the settings it played with (set when the run starts; its report reads them)
     family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: "I/N": this run plays shard I of N of the plan (`appliance.sharding`); `appliance merge` joins them
+    shard: str | None = None
+    #: the Ray cluster the run started on (`appliance.cluster`), None in one process; not part of the plan
+    cluster: str | None = None
+
+    @field_validator("shard")
+    @classmethod
+    def _valid_shard(cls, value: str | None) -> str | None:
+        return None if value is None else str(Shard.parse(value))
+
+    def shard_of_plan(self) -> Shard | None:
+        return None if self.shard is None else Shard.parse(self.shard)
+
+    def plan_fields(self) -> dict[str, Any]:
+        """What every shard of one plan stores alike: the config less the shard, and less the models
+        file's path (shards may run on machines with other checkouts; its content is hashed with the run)."""
+        return self.model_dump(mode="json", exclude={"shard", "models_file", "cluster"})
 
     def support_models(self) -> dict[SupportRole, str]:
         """The model bound to each support role. The user agent is the run's model playing the user.

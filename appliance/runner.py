@@ -6,7 +6,10 @@ killed run can be resumed: finished episodes are in the store and skipped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
+import re
 import subprocess
 import time
 import uuid
@@ -17,44 +20,29 @@ from functools import partial
 from importlib import metadata
 from typing import Any
 
-from appliance.calibration.apply import calibrated_scores, pick_calibrations
+from appliance.calibration.apply import pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of, sha256_of_tree
-from appliance.client import EpisodeFailed, derive_seed
+from appliance.client import derive_seed
+from appliance.cluster import ClusterOptions, RayCluster
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, EpisodeKey, pair_label, table_label
+from appliance.episodes import EpisodeKey, pair_label, table_label
 from appliance.errors import ApplianceError
 from appliance.interrupts import RunInterrupted, StopRequest
 from appliance.paths import project_root
+from appliance.playing import EpisodePlayer, LocalPlayers, PlannedEpisode, Players
 from appliance.pool import ModelPool
-from appliance.roles import BackendFactory, episode_roles
+from appliance.roles import BackendFactory
 from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily
 from appliance.scenarios.spec import family_of
-from appliance.scheduler import Scheduler
+from appliance.sharding import ShardDeal
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
 from appliance.store.records import CalibrationRecord
 from appliance.store.repair import recover_run
 from appliance.store.run_view import RunView
-
-
-@dataclass(frozen=True)
-class PlannedEpisode:
-    key: EpisodeKey
-    family: ScenarioFamily
-    instance: Instance
-    player: str
-    seed: int
-    #: the model in the partner roles of two-player games (the player itself in self-play)
-    partner: str
-    #: every model of an N-player game (one episode seats them all); empty for pairings
-    table: tuple[str, ...] = ()
-
-    @property
-    def episode_id(self) -> str:
-        return self.key.id
 
 
 @dataclass
@@ -68,20 +56,33 @@ class RunSummary:
     prompt_tokens: int
     cached_prompt_tokens: int
     completion_tokens: int
+    #: episodes each cluster worker played (empty in one process)
+    workers: dict[str, int] = field(default_factory=dict)
+    #: cluster workers that died; their unfinished episodes were played by the others
+    lost_workers: list[str] = field(default_factory=list)
 
 
-def new_run_id() -> str:
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
+
+
+def new_run_id(config: RunConfig) -> str:
+    """A fresh id; a shard's is the plan's own, so that every shard of one plan names the same run."""
+    if config.shard is not None:
+        digest = hashlib.sha256(json.dumps(config.plan_fields(), sort_keys=True).encode()).hexdigest()
+        return f"sharded-{digest[:12]}"
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def valid_run_id(run_id: str) -> str:
+    """A run id the user chose (--run-id): plain characters, so it names files and shards alike."""
+    if _RUN_ID.fullmatch(run_id) is None:
+        raise ApplianceError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 120)")
+    return run_id
 
 
 def limit_for(config: RunConfig, family: ScenarioFamily) -> int | None:
     """The family's own limit where the run has one (quick suite, family default), else the run's."""
     return config.limits.get(family_of(family.name), config.limit)
-
-
-def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
-    """The family's quick-suite turn cap where the run has one, else the run's."""
-    return config.turn_caps.get(family_of(family.name), config.turns)
 
 
 def instances_for_run(family: Family, limit: int | None, seed: int) -> list[Instance]:
@@ -208,13 +209,28 @@ class Runner:
         store: Store,
         backend_factory: BackendFactory = open_backend,
         stop: StopRequest | None = None,
+        cluster: ClusterOptions | None = None,
+        on_worker: Callable[[str, int], None] | None = None,
     ) -> None:
+        """`cluster`: play the episodes on Ray workers (`appliance.cluster`); `on_worker(name, pid)`
+        as each is ready."""
         self.catalog = catalog
         self.store = store
         self.backend_factory = backend_factory
         #: set from outside (Ctrl-C) to start no new episode; the run then ends as interrupted
         self.stop = stop or StopRequest()
+        self.cluster = cluster
+        self.on_worker = on_worker
         self._calibrations: dict[str, CalibrationRecord] = {}
+
+    def _players(self, names: list[str], player: EpisodePlayer) -> Players:
+        """Where the episodes are played, every model loaded (nothing is stored before this)."""
+        if self.cluster is None or not names:
+            pool = ModelPool.load(
+                self.catalog, names, parallel=player.config.parallel, backend_factory=self.backend_factory
+            )
+            return LocalPlayers(pool, player)
+        return RayCluster.start(self.cluster, self.catalog, names, player, self.backend_factory, self.on_worker)
 
     def _record_run(self, run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> None:
         models = [self._model_record(self.catalog.get(name)) for name in models_needed(config, families)]
@@ -245,20 +261,28 @@ class Runner:
         config: RunConfig,
         families: list[Family],
         *,
+        run_id: str | None = None,
         on_episode: Callable[[EpisodeRecord], None] | None = None,
         on_plan: Callable[[str, int], None] | None = None,
     ) -> RunSummary:
-        """Play a new run. Models are loaded before anything is written, so a model that fails to
-        load leaves the store exactly as it was."""
+        """Play a new run (named `run_id` where given). Models are loaded before anything is written,
+        so a model that fails to load leaves the store exactly as it was."""
         picked = pick_calibrations(self.store, config.panel, families)
         snapshots = {family.name: family.settings_snapshot() for family in families}
         config = config.model_copy(
             update={
                 "calibrations": {f: r.calibration_id for f, r in picked.items()},
                 "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
+                "cluster": None if self.cluster is None else self.cluster.describe(),
             }
         )
-        return self._play_run(new_run_id(), config, families, False, on_episode, on_plan)
+        run_id = new_run_id(config) if run_id is None else valid_run_id(run_id)
+        if self.store.has_run(run_id):
+            raise ApplianceError(
+                f"run {run_id}: {self.store.path} already holds it (resume it with --resume {run_id}, "
+                "or name a new one with --run-id)"
+            )
+        return self._play_run(run_id, config, families, False, on_episode, on_plan)
 
     def resume(
         self,
@@ -304,17 +328,21 @@ class Runner:
         with self.store.transaction():  # one state of the store; the file is let go before models load
             done = self.store.finished_episode_ids(run_id) if resumed else set()
             first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
+        shard = config.shard_of_plan()
+        deal = None if shard is None else ShardDeal(shard, (episode.lineage for episode in first_plan))
+        first_plan = _kept(first_plan, deal)
         needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
         names = models_needed(config, stages) if needs_models else []
         progress = _Progress()
-        with ModelPool.load(
-            self.catalog, names, parallel=config.parallel, backend_factory=self.backend_factory
-        ) as pool:
+        player = EpisodePlayer(self.catalog, config, self._calibrations, self.stop)
+        with self._players(names, player) as players:
             if not resumed:
                 self._record_run(run_id, config, stages)
             status = "failed"
             try:
-                self._play_phases(run_id, config, phases, first_plan, done, pool, progress, on_episode, on_plan)
+                self._play_phases(
+                    run_id, config, phases, first_plan, deal, done, players, progress, on_episode, on_plan
+                )
                 if self.stop.requested:
                     raise RunInterrupted(run_id)
                 status = "finished"
@@ -323,7 +351,8 @@ class Runner:
                 raise
             finally:
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
-            counters = pool.counters()
+            counters = players.counters()
+            workers, lost = players.played(), players.lost()
         finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,
@@ -335,6 +364,8 @@ class Runner:
             prompt_tokens=sum(c.prompt_tokens for c in counters),
             cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
             completion_tokens=sum(c.completion_tokens for c in counters),
+            workers=workers,
+            lost_workers=lost,
         )
 
     def _play_phases(
@@ -343,13 +374,15 @@ class Runner:
         config: RunConfig,
         phases: list[list[ScenarioFamily]],
         first_plan: list[PlannedEpisode],
+        deal: ShardDeal | None,
         done: set[str],
-        pool: ModelPool,
+        players: Players,
         progress: _Progress,
         on_episode: Callable[[EpisodeRecord], None] | None,
         on_plan: Callable[[str, int], None] | None,
     ) -> None:
-        """Each phase is planned once the one before it is stored (its stages may read those episodes)."""
+        """Each phase is planned once the one before it is stored (its stages may read those episodes);
+        a shard keeps its own lineages of each."""
         for index, phase in enumerate(phases):
             if self.stop.requested:
                 return
@@ -357,7 +390,7 @@ class Runner:
                 planned = (
                     first_plan
                     if index == 0
-                    else plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id))
+                    else _kept(plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id)), deal)
                 )
                 todo = [episode for episode in planned if episode.episode_id not in done]
                 progress.planned += len(planned)
@@ -366,7 +399,7 @@ class Runner:
             if on_plan is not None:
                 on_plan(run_id, progress.planned - progress.skipped)
             if todo:
-                records = pool.play(todo, partial(self._play_one, config), partial(self._store_episode, on_episode))
+                records = players.play(todo, partial(self._store_episode, on_episode))
                 progress.records += [record for record in records if record is not None]
 
     def _store_episode(
@@ -381,56 +414,10 @@ class Runner:
         if on_episode is not None:
             on_episode(record)
 
-    async def _play_one(self, config: RunConfig, planned: PlannedEpisode, scheduler: Scheduler) -> EpisodeRecord | None:
-        if self.stop.requested:  # asked to stop: episodes not yet started are left for --resume
-            return None
-        support = config.support_models()
-        ctx = EpisodeContext(
-            episode_id=planned.episode_id,
-            seed=planned.seed,
-            scheduler=scheduler,
-            roles=episode_roles(
-                self.catalog, planned.player, planned.partner, support, config.panel.judges, planned.table
-            ),
-            table=planned.table,
-            exclude_self_judging=config.exclude_self_judging,
-            likelihood_template=config.panel.likelihood_template_or_none,
-            force_greedy=config.greedy,
-            unsafe_code_execution=config.unsafe_code_execution,
-            max_turns=turns_for(config, planned.family),
-            seed_key=planned.key.seed_key,
-        )
-        started_at = datetime.now(UTC).replace(tzinfo=None)
-        clock = time.perf_counter()
-        error: str | None = None
-        try:
-            await planned.family.play(ctx, planned.instance, list(config.panel.judges), config.panel.name)
-        except EpisodeFailed as failure:
-            error = str(failure)
-        except Exception as failure:  # an episode's bug must not take the run down
-            error = f"{type(failure).__name__}: {failure}"
-        scores = ctx.scores
-        if error is None:
-            scores = calibrated_scores(planned.family, scores, ctx.judgments, self._calibrations)
-        return EpisodeRecord(
-            episode_id=planned.episode_id,
-            run_id=planned.key.run_id,
-            scenario=planned.family.name,
-            instance_id=planned.instance.id,
-            player=planned.key.label,
-            player_model=planned.player,
-            partner_model=planned.partner,
-            status="finished" if error is None else "error",
-            seed=planned.seed,
-            started_at=started_at,
-            finished_at=datetime.now(UTC).replace(tzinfo=None),
-            wall_s=time.perf_counter() - clock,
-            error=error,
-            metadata={"language": planned.instance.language, **planned.instance.describe(), **ctx.metadata},
-            messages=ctx.messages,
-            judgments=ctx.judgments,
-            scores=scores,
-        )
+
+def _kept(planned: list[PlannedEpisode], deal: ShardDeal | None) -> list[PlannedEpisode]:
+    """The episodes a shard plays (all of them, unsharded)."""
+    return planned if deal is None else [episode for episode in planned if deal.keeps(episode.lineage)]
 
 
 @dataclass

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.catalog import load_catalog
+from appliance.catalog import Catalog, load_catalog
 from appliance.judging.panels import get_panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
@@ -67,8 +68,11 @@ def _rounded(value: Any) -> Any:
     return round(value, 6) if isinstance(value, float) else value
 
 
-def scripted_run(db: Path, family: str) -> dict[str, Any]:
-    """The quick suite's share of `family` on the scripted mock model, seed 5 (as tests/scripted_run.py)."""
+def scripted_run(
+    db: Path, family: str, shard: str | None = None, runner: Callable[[Catalog, Store], Runner] | None = None
+) -> dict[str, Any]:
+    """The quick suite's share of `family` on the scripted mock model, seed 5 (as tests/scripted_run.py);
+    with `shard` ("I/N") only that shard of it; `runner` makes the runner (default: one process)."""
     catalog = load_catalog(REPO / "models.toml")
     config = RunConfig(
         scenarios=[family],
@@ -79,10 +83,12 @@ def scripted_run(db: Path, family: str) -> dict[str, Any]:
         seed=5,
         limit=family_entry(family).quick_limit,
         models_file=str(catalog.source),
+        shard=shard,
     )
     with Store.open(db) as store:
         loaded = load_family(family, seed=5, store=store)
-        summary = Runner(catalog, store, scripted_factory(seed_echo)).execute(config, [loaded])
+        made = runner(catalog, store) if runner is not None else Runner(catalog, store, scripted_factory(seed_echo))
+        summary = made.execute(config, [loaded])
         return canonical(store, summary.run_id)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -397,14 +399,22 @@ def test_export_of_a_real_run_reads_back_with_every_message(tiny_run: TinyRun, t
 @pytest.mark.real_model
 def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tmp_path: Path) -> None:
     """Request seeds derive from the episode's identity, not from the run id: a nightly comparison of
-    two runs compares the same conversations. Sampled, not greedy: player 0.6, interrogator 0.8."""
+    two runs compares the same conversations. The second run is played as two shards (`--shard`, one
+    conversation each, as two Slurm array jobs would) joined by `appliance merge`; exact KV makes the
+    text independent of what else shares the batch. Sampled, not greedy: player 0.6, interrogator 0.8."""
+    shared = tmp_path / "shared.duckdb"
+    common = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "2", "--turns", "1"]
 
-    def run(name: str, seed: str) -> tuple[list[tuple[str, str]], list[tuple[str, float, str]]]:
-        db = tmp_path / ("other.duckdb" if name == "other" else "shared.duckdb")
-        common = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "1", "--turns", "2"]
-        result = cli("run", "--scenario", "pingpong", *common, "--seed", seed, "--db", str(db), "--json")
+    def play(db: Path, seed: str, *extra: str) -> str:
+        result = cli("run", "--scenario", "pingpong", *common, "--seed", seed, "--db", str(db), "--json", *extra)
         assert result.returncode == 0, result.stderr[-2000:]
-        run_id = json.loads(result.stdout)["summary"]["run_id"]
+        summary = json.loads(result.stdout)["summary"]
+        summaries.append(summary)
+        return str(summary["run_id"])
+
+    summaries: list[dict[str, Any]] = []
+
+    def stored(db: Path, run_id: str) -> tuple[list[tuple[str, str]], list[tuple[str, float, str]]]:
         with duckdb.connect(str(db), read_only=True) as con:
             messages = con.execute(
                 "SELECT speaker, text FROM messages JOIN episodes USING (episode_id) WHERE run_id = ? "
@@ -416,16 +426,30 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
                 "ORDER BY instance_id, target_idx, criterion",
                 [run_id],
             ).fetchall()
-        runs.append(run_id)
         return messages, verdicts
 
-    runs: list[str] = []
-    first, again, other = run("first", "7"), run("again", "7"), run("other", "8")
+    first_id = play(shared, "7")
+    first = stored(shared, first_id)
+    shards = [tmp_path / "shard1.duckdb", tmp_path / "shard2.duckdb"]
+    halves = [stored(db, play(db, "7", "--shard", f"{i}/2")) for i, db in enumerate(shards, 1)]
+    assert all(messages for messages, _ in halves), "each shard plays one of the two conversations"
+    merged = cli("merge", *map(str, shards), "--into", str(shared), "--json")
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    again_id = json.loads(merged.stdout)["run_id"]
+    again = stored(shared, again_id)
+    other = stored(tmp_path / "other.duckdb", play(tmp_path / "other.duckdb", "8", "--limit", "1"))
     assert first[0] and first[1]
     assert again == first
-    assert other[0] != first[0], "another seed samples other conversations"
+    # and played by two Ray workers, one conversation each
+    if importlib.util.find_spec("ray") is None:
+        print("Ray is not installed (pip install -e '.[ray]'): the --ray arm of this test is left out")
+    else:
+        on_ray = tmp_path / "ray.duckdb"
+        assert stored(on_ray, play(on_ray, "7", "--ray", "local", "--workers", "2")) == first
+        assert summaries[-1]["workers"] == {"w1": 1, "w2": 1}
+    assert other[0] != first[0][: len(other[0])], "another seed samples other conversations"
     # the nightly gate on two identical runs of the real model: every difference is zero, exit 0
-    compared = cli("compare", runs[0], runs[1], "--db", str(tmp_path / "shared.duckdb"), "--json")
+    compared = cli("compare", first_id, again_id, "--db", str(shared), "--json")
     assert compared.returncode == 0, compared.stderr[-2000:]
     metrics = json.loads(compared.stdout)["metrics"]
     assert {m["metric"] for m in metrics} == {"final", "ln_score", "refusal_ratio"}

@@ -37,8 +37,9 @@ from appliance.cli.options import (  # noqa: E402
     load_panel,
     split_values,
 )
-from appliance.cli.store import store_app  # noqa: E402
+from appliance.cli.store import merge, store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
+from appliance.cluster import ClusterOptions  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
 from appliance.paths import project_root  # noqa: E402
@@ -62,6 +63,7 @@ app.add_typer(store_app, name="store")
 app.add_typer(adapter_app, name="adapter")
 app.command()(calibrate)
 app.command()(compare)
+app.command()(merge)
 app.command()(score)
 app.command()(view)
 
@@ -114,6 +116,28 @@ def run(
             "(no bubblewrap or no user namespaces); the run records it and its report says so",
         ),
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="I/N: play a deterministic 1/N of the plan into this store (Slurm arrays); join the N stores "
+            "with 'appliance merge'"
+        ),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run-id", help="name the run (default: a timestamp; shards: one id from the plan)"),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="play the episodes on Ray workers: 'local' (a cluster of this machine), 'auto' (the cluster "
+            "this machine is in) or HOST:PORT; the driver alone writes the store",
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="--ray: workers, each holding every model of the run")] = 2,
+    worker_cpus: Annotated[float, typer.Option(min=0.1, help="--ray: CPUs per worker (its llama.cpp threads)")] = 1.0,
+    worker_gpus: Annotated[float, typer.Option(min=0.0, help="--ray: GPUs per worker")] = 0.0,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -136,15 +160,17 @@ def run(
                 cross_play=cross_play,
                 exclude_self_judging=exclude_self_judging,
                 unsafe_code_execution=unsafe_code_execution,
+                shard=shard,
             )
             config = plan_run(request, catalog, registered_families())
         else:
             config = store.run(resume).run_config()
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
+        cluster = None if ray is None else ClusterOptions(ray, workers, worker_cpus, worker_gpus)
         try:
             with graceful_interrupts(StopRequest()) as stop:
-                runner = Runner(catalog, store, stop=stop)
-                summary = _execute_with_progress(runner, config, families, resume, quiet=as_json)
+                runner = Runner(catalog, store, stop=stop, cluster=cluster, on_worker=_worker_ready)
+                summary = _execute_with_progress(runner, config, families, resume, run_id, quiet=as_json)
         except RunInterrupted as interrupted:
             stored = len(store.finished_episode_ids(interrupted.run_id))
             error_console.print(
@@ -172,6 +198,10 @@ def run(
         )
 
 
+def _worker_ready(name: str, pid: int) -> None:
+    error_console.print(f"Ray worker {name} ready (pid {pid})", markup=False, highlight=False)
+
+
 def _stored_models_file(db: Path | None, run_id: str) -> Path:
     """The models file a run started with: `--resume` reads it unless told --models."""
     with Store.open(db, read_only=True) as store:
@@ -179,7 +209,7 @@ def _stored_models_file(db: Path | None, run_id: str) -> Path:
 
 
 def _execute_with_progress(
-    runner: Runner, config: RunConfig, families: list[Any], resume: str | None, *, quiet: bool
+    runner: Runner, config: RunConfig, families: list[Any], resume: str | None, run_id: str | None, *, quiet: bool
 ) -> RunSummary:
     """The run with a progress bar on a terminal (episodes done of planned, failures named)."""
     with Progress(
@@ -217,7 +247,7 @@ def _execute_with_progress(
 
         if resume is not None:
             return runner.resume(resume, on_episode=episode_done, on_plan=planned)
-        return runner.execute(config, families, on_episode=episode_done, on_plan=planned)
+        return runner.execute(config, families, run_id=run_id, on_episode=episode_done, on_plan=planned)
 
 
 def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: Path, config: RunConfig) -> None:
@@ -231,6 +261,14 @@ def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: P
         f"{summary.episodes_skipped} already stored; {summary.wall_s:.1f} s; "
         f"{summary.completion_tokens} tokens generated, {cached:.0%} of prompt tokens served from KV cache."
     )
+    if summary.workers:
+        shares = ", ".join(f"{name} {count}" for name, count in summary.workers.items())
+        lost = (
+            f" Lost (their episodes replayed elsewhere): {', '.join(summary.lost_workers)}."
+            if summary.lost_workers
+            else ""
+        )
+        console.print(f"Episodes per Ray worker: {shares}.{lost}")
     console.print(f"Results stored in {db.resolve()} (run id {summary.run_id}).")
 
 

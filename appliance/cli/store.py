@@ -1,9 +1,12 @@
-"""`appliance store check|repair`: the store against its journal, and rebuilt from it."""
+"""`appliance store check|repair`: the store against its journal, and rebuilt from it; `appliance
+merge`: shards' stores joined into one."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -54,3 +57,25 @@ def store_repair(db: DbOption = None, as_json: JsonOption = False) -> None:
     else:
         for line in report.lines():
             console.print(line, markup=False, highlight=False)
+
+
+def merge(
+    shards: Annotated[list[Path], typer.Argument(help="the shards' stores (appliance run --shard I/N --db ...)")],
+    into: Annotated[Path, typer.Option("--into", help="the store that receives the whole run")],
+    run: Annotated[str | None, typer.Option(help="the sharded run to join (default: the one the stores hold)")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Join the stores of every shard of a plan into one run, stored as the unsharded run would be.
+    Shards of different plans, a missing or unfinished shard, or a run the target holds already are
+    refused in one line, with nothing written."""
+    from appliance.store.merge import merge_shards
+
+    summary = merge_shards(shards, into, run)
+    if as_json:
+        print(json.dumps(asdict(summary)))
+        return
+    for shard, facts in summary.shards.items():
+        console.print(f"shard {shard}: {facts['episodes']} episodes from {facts['db']}", markup=False, highlight=False)
+    console.print(
+        f"run {summary.run_id}: {summary.episodes} episodes merged into {summary.into}", markup=False, highlight=False
+    )

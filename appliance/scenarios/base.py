@@ -101,6 +101,12 @@ class ScenarioFamily(ABC):
         them); empty when the instance is played by `pairings`."""
         return ()
 
+    def lineage(self, instance: Instance) -> str | None:
+        """What a shard keeps together with `instance` (`appliance.sharding`): one key shared by the
+        instances of every stage that builds on its episodes. None (the default): nothing builds on
+        them, and each of its episodes is dealt alone."""
+        return None
+
     def prepare(self, run: RunView) -> None:
         """Called before this stage is planned (also on resume): a stage that builds its instances
         from earlier stages' stored episodes reads them here."""

@@ -119,6 +119,11 @@ class WaveStage(JudgedFamily):
             return tuple(players)
         return ()
 
+    def lineage(self, instance: Instance) -> str:
+        """Whether a task needs another wave reads all its repetitions: a task stays in one shard."""
+        assert isinstance(instance, DeepEvalInstance)
+        return instance.task
+
     def prepare(self, run: RunView) -> None:
         """Plan more repetitions of each task whose payoffs are not yet stable. A stable task stays
         stable (nothing new is stored for it), and repetitions past `--limit` are dropped by

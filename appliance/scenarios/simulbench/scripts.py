@@ -118,9 +118,22 @@ def extract_scripts(
         picked = [(first_challenging, "FirstChan")]
         picked += [(turn, "SubseqChan") for turn in range(first_challenging + 1, len(turns) + 1)]
     return [
-        TestScript(id=f"{dialogue_id}/t{turn}", task=task, kind=kind, turn=turn, history=history_until(turns, turn))
+        TestScript(
+            id=f"{dialogue_id}{_TURN_MARK}{turn}", task=task, kind=kind, turn=turn, history=history_until(turns, turn)
+        )
         for turn, kind in picked
     ]
+
+
+#: between an extracted script's dialogue and its turn in the script's id
+_TURN_MARK = "/t"
+
+
+def dialogue_of(script: TestScript) -> str:
+    """The dialogue an extracted script was cut from (the inverse of `extract_scripts`' id); an
+    imported script is its own."""
+    dialogue, mark, _ = script.id.rpartition(_TURN_MARK)
+    return dialogue if mark else script.id
 
 
 def read_published_scripts(path: Path) -> ScriptSet:

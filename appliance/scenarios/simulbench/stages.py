@@ -27,6 +27,7 @@ from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scenarios.simulbench.scripts import (
     DialogueTurn,
     TestScript,
+    dialogue_of,
     extract_scripts,
     history_until,
     render_turns,
@@ -52,8 +53,16 @@ class CollectInstance(Instance):
     task: SimulBenchTask
     dialogue: int
 
+    @property
+    def dialogue_id(self) -> str:
+        return _dialogue_id(self.task, self.dialogue)
+
     def describe(self) -> dict[str, str]:
         return {"stage": "collect", "task": self.task.id, "task_type": self.task.type}
+
+
+def _dialogue_id(task: SimulBenchTask, dialogue: int) -> str:
+    return f"{task.id}/d{dialogue}"
 
 
 class ExtractInstance(Instance):
@@ -67,6 +76,10 @@ class ExtractInstance(Instance):
 
 class ScriptInstance(Instance):
     script: TestScript
+
+    @property
+    def dialogue_id(self) -> str:
+        return dialogue_of(self.script)
 
     def describe(self) -> dict[str, str]:
         script = self.script
@@ -106,6 +119,11 @@ class _Stage(ScenarioFamily):
         """Later stages take everything the stage before them produced (`--limit` chose the tasks)."""
         return list(instances)
 
+    def lineage(self, instance: Instance) -> str:
+        """A dialogue, the scripts extracted from it and every player's answers to those stay in one shard."""
+        assert isinstance(instance, CollectInstance | ExtractInstance | ScriptInstance)
+        return instance.dialogue_id
+
     @staticmethod
     def _finished(run: RunView, stage: str) -> list[tuple[str, dict[str, Any]]]:
         """(instance id, metadata) of this run's finished episodes of `stage`."""
@@ -127,7 +145,7 @@ class CollectStage(_SimulatorStage):
     def __init__(self, name: str, settings: SimulBenchSettings, files: list[Path], tasks: list[SimulBenchTask]) -> None:
         super().__init__(name, settings, files)
         self._instances = [
-            CollectInstance(id=f"collect/{task.id}/d{k}", task=task, dialogue=k)
+            CollectInstance(id=f"collect/{_dialogue_id(task, k)}", task=task, dialogue=k)
             for task in tasks
             for k in range(settings.dialogues_per_task)
         ]

@@ -1,0 +1,352 @@
+"""Episodes over a Ray cluster (`appliance run --ray`): the driver plans and stores, workers play.
+
+Each worker is a Ray actor that holds one model pool (every model the run needs, loaded once) and
+plays the episodes it is handed with continuous batching, as the single process does
+(`ModelPool.serve`). The driver hands each worker a window of episodes, collects finished records
+as they come (`take`), and alone writes the store, one transaction per episode. Where an episode is
+played does not change it: request seeds derive from the episode's identity, and exact KV makes
+each text independent of what shares the batch.
+
+A worker that dies (its process killed, its node lost) loses only the episodes it held unfinished;
+they go back to the queue and another worker plays them with the same seeds. A worker that cannot
+load a model fails the run in one line naming the worker and the model, before anything is stored.
+
+Ray is the one mode that opens sockets (its processes talk over the loopback on one machine, over
+the cluster's network across machines). Usage reporting and the dashboard are off by configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from appliance.catalog import Catalog
+from appliance.engine.backend import BackendCounters
+from appliance.episodes import EpisodeKey
+from appliance.errors import ApplianceError
+from appliance.offline import enforce_offline
+from appliance.playing import EpisodePlayer, OnPlayed, PlannedEpisode
+from appliance.pool import ModelPool, Serving
+from appliance.roles import BackendFactory
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.store import EpisodeRecord
+
+#: set for the driver and every worker before Ray starts: no usage statistics, no dashboard
+RAY_ENVIRONMENT = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    "RAY_DEDUP_LOGS": "0",
+}
+_ADDRESS = re.compile(r"local|auto|[A-Za-z0-9.-]+:\d{1,5}")
+#: how long a worker's `take` waits for a finished episode before it answers with none
+_TAKE_WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where and how wide: `address` is "local" (a cluster of this machine, started and stopped
+    with the run), "auto" (the cluster this machine belongs to) or HOST:PORT."""
+
+    address: str = "local"
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+
+    def __post_init__(self) -> None:
+        if _ADDRESS.fullmatch(self.address) is None:
+            raise ApplianceError(f"--ray {self.address}: expected local, auto or HOST:PORT")
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
+        return f"ray {self.address}: {self.workers} workers x {self.cpus_per_worker:g} CPU{gpus}"
+
+
+@dataclass(frozen=True)
+class ShippedEpisode:
+    """A planned episode as it travels: its family by index into the phase's families (sent once)."""
+
+    family: int
+    key: EpisodeKey
+    instance: Instance
+    player: str
+    seed: int
+    partner: str
+    table: tuple[str, ...]
+
+
+class EpisodeWorker:
+    """One worker's model pool and the episodes it is playing; a Ray actor in a cluster run."""
+
+    def __init__(
+        self,
+        name: str,
+        catalog: Catalog,
+        models: list[str],
+        player: EpisodePlayer,
+        backend_factory: BackendFactory,
+        threads: int,
+    ) -> None:
+        enforce_offline()
+        self.name = name
+        catalog = _with_threads(catalog, threads)
+        try:
+            self.pool = ModelPool.load(
+                catalog, models, parallel=player.config.parallel, backend_factory=backend_factory
+            )
+        except ApplianceError as error:
+            raise ApplianceError(f"Ray worker {name}: {error}") from None
+        self.player = player
+        self.families: list[ScenarioFamily] = []
+        self.serving: Serving[PlannedEpisode, EpisodeRecord | None] = self.pool.serve(player.play)
+        self.finished: queue.Queue[tuple[str, EpisodeRecord | None]] = queue.Queue()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def start_phase(self, families: list[ScenarioFamily]) -> None:
+        """The families (stages) of the episodes to come, prepared by the driver."""
+        self.families = families
+
+    def play(self, episodes: list[ShippedEpisode]) -> None:
+        for shipped in episodes:
+            planned = PlannedEpisode(
+                shipped.key,
+                self.families[shipped.family],
+                shipped.instance,
+                shipped.player,
+                shipped.seed,
+                shipped.partner,
+                shipped.table,
+            )
+            self.serving.submit(planned).add_done_callback(partial(self._finished, planned.episode_id))
+
+    def _finished(self, episode_id: str, done: Future[EpisodeRecord | None]) -> None:
+        if not done.cancelled():
+            self.finished.put((episode_id, done.result()))
+
+    def take(self, wait_s: float = _TAKE_WAIT_S) -> list[tuple[str, EpisodeRecord | None]]:
+        """Finished episodes since the last take: waits up to `wait_s` for the first."""
+        try:
+            taken = [self.finished.get(timeout=wait_s)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                taken.append(self.finished.get_nowait())
+            except queue.Empty:
+                return taken
+
+    def counters(self) -> list[BackendCounters]:
+        return self.pool.counters()
+
+    def close(self) -> None:
+        self.serving.close()
+        self.pool.close()
+
+
+def _with_threads(catalog: Catalog, threads: int) -> Catalog:
+    """Models that leave their thread count to the machine use the worker's CPUs instead of all of them."""
+    models = {
+        name: spec if spec.threads is not None else spec.model_copy(update={"threads": threads})
+        for name, spec in catalog.models.items()
+    }
+    return catalog.model_copy(update={"models": models})
+
+
+@dataclass
+class _Worker:
+    name: str
+    actor: Any
+    pid: int
+    #: episodes handed to it and not yet back, by id
+    holding: dict[str, PlannedEpisode] = field(default_factory=dict)
+    played: int = 0
+
+
+class RayCluster:
+    """The workers of one run; `play` keeps the model pool's contract for the runner."""
+
+    def __init__(
+        self, options: ClusterOptions, workers: list[_Worker], started_ray: bool, player: EpisodePlayer
+    ) -> None:
+        self.options = options
+        self.workers = workers
+        self._all = list(workers)
+        self._started_ray = started_ray
+        self._window = 2 * player.config.parallel
+        self._stop = player.stop
+        #: worker name -> why it left the run (a lost worker's episodes were replayed elsewhere)
+        self._lost: dict[str, str] = {}
+        self._counters: list[BackendCounters] = []
+
+    @classmethod
+    def start(
+        cls,
+        options: ClusterOptions,
+        catalog: Catalog,
+        models: list[str],
+        player: EpisodePlayer,
+        backend_factory: BackendFactory,
+        on_worker: Callable[[str, int], None] | None = None,
+    ) -> RayCluster:
+        """Connect to (or start) the cluster and start every worker with its models loaded."""
+        ray = _import_ray()
+        started_ray = not ray.is_initialized()
+        if started_ray:
+            ray.init(**_init_arguments(options))
+        remote = ray.remote(EpisodeWorker).options(
+            num_cpus=options.cpus_per_worker,
+            num_gpus=options.gpus_per_worker,
+            max_concurrency=4,
+            max_restarts=0,
+        )
+        threads = max(1, int(options.cpus_per_worker))
+        names = [f"w{index}" for index in range(1, options.workers + 1)]
+        actors = [remote.remote(name, catalog, models, player, backend_factory, threads) for name in names]
+        workers: list[_Worker] = []
+        try:
+            for name, actor in zip(names, actors, strict=True):
+                workers.append(_Worker(name, actor, _ready(ray, actor)))
+                if on_worker is not None:
+                    on_worker(name, workers[-1].pid)
+        except BaseException:
+            for actor in actors:
+                ray.kill(actor)
+            if started_ray:
+                ray.shutdown()
+            raise
+        return cls(options, workers, started_ray, player)
+
+    def play(self, episodes: Sequence[PlannedEpisode], on_result: OnPlayed) -> list[EpisodeRecord | None]:
+        """Every episode played on some worker; `on_result` runs in the driver as each comes back.
+        Episodes of a worker that dies are handed to the others; once a stop is asked, no more are
+        handed out."""
+        ray = _import_ray()
+        families = list({id(e.family): e.family for e in episodes}.values())
+        index = {id(family): position for position, family in enumerate(families)}
+        ray.get([worker.actor.start_phase.remote(families) for worker in self.workers])
+        waiting = deque(episodes)
+        results: list[EpisodeRecord | None] = []
+        polls: dict[Any, _Worker] = {}
+
+        def hand_out(worker: _Worker, most: int = self._window) -> None:
+            batch: list[PlannedEpisode] = []
+            while waiting and not self._stop.requested and len(worker.holding) + len(batch) < most:
+                batch.append(waiting.popleft())
+            if batch:
+                worker.holding.update((e.episode_id, e) for e in batch)
+                worker.actor.play.remote([_shipped(e, index[id(e.family)]) for e in batch])
+            if worker.holding and worker not in polls.values():
+                polls[worker.actor.take.remote()] = worker
+
+        share = -(-len(waiting) // len(self.workers))  # at first an even share each, then topped up
+        for worker in self.workers:
+            hand_out(worker, min(share, self._window))
+        while polls:
+            ready, _ = ray.wait(list(polls), num_returns=1)
+            worker = polls.pop(ready[0])
+            try:
+                taken = ray.get(ready[0])
+            except ray.exceptions.RayActorError as error:
+                self._lose(worker, error, waiting)
+                for other in self.workers:
+                    hand_out(other)
+                continue
+            for episode_id, record in taken:
+                planned = worker.holding.pop(episode_id)
+                worker.played += record is not None
+                on_result(planned, record)
+                results.append(record)
+            hand_out(worker)
+        return results
+
+    def _lose(self, worker: _Worker, error: Exception, waiting: deque[PlannedEpisode]) -> None:
+        """A dead worker's unfinished episodes go back to the front of the queue."""
+        self.workers.remove(worker)
+        self._lost[worker.name] = type(error).__name__
+        waiting.extendleft(reversed(list(worker.holding.values())))
+        worker.holding.clear()
+        if not self.workers:
+            raise ApplianceError(f"every Ray worker was lost (the last, {worker.name}: {type(error).__name__})")
+
+    def counters(self) -> list[BackendCounters]:
+        """Every live worker's backend counters (a lost worker's died with it)."""
+        ray = _import_ray()
+        return self._counters or [c for w in self.workers for c in ray.get(w.actor.counters.remote())]
+
+    def played(self) -> dict[str, int]:
+        """Episodes each worker played, lost workers included."""
+        return {worker.name: worker.played for worker in self._all}
+
+    def lost(self) -> list[str]:
+        return list(self._lost)
+
+    def close(self) -> None:
+        ray = _import_ray()
+        if self.workers and not self._counters:
+            self._counters = self.counters()
+        for worker in self.workers:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(worker.actor.close.remote())
+            ray.kill(worker.actor)
+        if self._started_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> RayCluster:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _shipped(planned: PlannedEpisode, family: int) -> ShippedEpisode:
+    return ShippedEpisode(
+        family, planned.key, planned.instance, planned.player, planned.seed, planned.partner, planned.table
+    )
+
+
+def _ready(ray: Any, actor: Any) -> int:
+    """The worker's pid once its models are loaded; a model that failed to load is one line."""
+    try:
+        return int(ray.get(actor.pid.remote()))
+    except ray.exceptions.RayActorError as error:
+        cause = getattr(error, "cause", None) or error
+        inner = getattr(cause, "cause", None)
+        if isinstance(inner, ApplianceError):
+            raise inner from None
+        text = str(cause).strip().splitlines()
+        reason = next((line for line in reversed(text) if "ApplianceError:" in line), text[-1] if text else "")
+        raise ApplianceError(reason.split("ApplianceError: ", 1)[-1]) from None
+
+
+def _init_arguments(options: ClusterOptions) -> dict[str, Any]:
+    for name, value in RAY_ENVIRONMENT.items():
+        os.environ[name] = value
+    arguments: dict[str, Any] = {"include_dashboard": False, "logging_level": "warning", "log_to_driver": False}
+    if options.address == "local":  # the cluster's processes inherit this environment
+        arguments["num_cpus"] = max(1, round(options.workers * options.cpus_per_worker))
+        arguments["num_gpus"] = options.workers * options.gpus_per_worker
+    else:  # workers on other machines get it with the job
+        arguments["address"] = options.address
+        arguments["runtime_env"] = {"env_vars": dict(RAY_ENVIRONMENT)}
+    return arguments
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ApplianceError("--ray needs Ray: pip install -e '.[ray]'") from None
+    return ray

@@ -1,0 +1,121 @@
+"""`appliance run --ray`: episodes played by Ray workers store what one process stores.
+
+A local Ray cluster of two workers (one CPU each) plays the scripted PingPong and clembench runs;
+the stored runs must equal the single-process runs of the same seed recorded in
+tests/data/golden_runs.json. One worker is SIGKILLed while it holds episodes: they are replayed by
+the other with the same seeds, and the store is still identical. A worker that cannot load a model
+fails the run in one line naming the worker and the model, with nothing stored. The real-model
+round trip is in tests/test_cli.py (two runs with the same seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.catalog import Catalog
+from appliance.cluster import ClusterOptions
+from appliance.engine.types import GenerationRequest
+from appliance.errors import ApplianceError
+from appliance.runner import Runner, RunSummary
+from appliance.store import Store
+from appliance.store.journal import journal_folder
+from tests.fakes import scripted_factory, seed_echo
+from tests.golden_runs import GOLDEN, scripted_run
+from tests.test_sharding import _as_rows
+
+pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'): the cluster tests need it")
+
+TWO_WORKERS = ClusterOptions("local", workers=2, cpus_per_worker=1)
+
+
+def slow_echo(model: str, request: GenerationRequest) -> str:
+    """The seed echo, a little slow, so that a worker holds unfinished episodes when it is killed."""
+    time.sleep(0.02)
+    return seed_echo(model, request)
+
+
+class RecordingRunner(Runner):
+    """A runner that keeps the summary of what it ran (the stored-run helper returns only the store)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.summaries: list[RunSummary] = []
+
+    def execute(self, *args: Any, **kwargs: Any) -> RunSummary:
+        self.summaries.append(super().execute(*args, **kwargs))
+        return self.summaries[-1]
+
+
+def golden(family: str) -> dict[str, list[str]]:
+    return _as_rows(json.loads(GOLDEN.read_text(encoding="utf-8"))[f"scripted:{family}"])
+
+
+@pytest.mark.parametrize("family", ["pingpong", "clembench"])
+def test_two_ray_workers_store_what_one_process_stores(family: str, tmp_path: Path) -> None:
+    runners: list[RecordingRunner] = []
+
+    def on_ray(catalog: Catalog, store: Store) -> Runner:
+        runners.append(RecordingRunner(catalog, store, scripted_factory(seed_echo), cluster=TWO_WORKERS))
+        return runners[-1]
+
+    stored = scripted_run(tmp_path / "ray.duckdb", family, runner=on_ray)
+    assert _as_rows(stored) == golden(family)
+    (summary,) = runners[0].summaries
+    assert sorted(summary.workers) == ["w1", "w2"] and all(summary.workers.values()), summary.workers
+    assert sum(summary.workers.values()) == summary.episodes_finished == len(stored["episodes"])
+
+
+def test_a_killed_worker_loses_nothing_its_episodes_are_replayed(tmp_path: Path) -> None:
+    db = tmp_path / "killed.duckdb"
+    pids: dict[str, int] = {}
+    runners: list[RecordingRunner] = []
+
+    def kill_first_worker_once_an_episode_is_stored() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            episodes = sum(path.read_text().count('"kind":"episode"') for path in journal_folder(db).glob("run-*"))
+            if "w1" in pids and episodes >= 1:
+                os.kill(pids["w1"], signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    def on_ray(catalog: Catalog, store: Store) -> Runner:
+        slow = scripted_factory(slow_echo)
+        runners.append(RecordingRunner(catalog, store, slow, cluster=TWO_WORKERS, on_worker=pids.__setitem__))
+        return runners[-1]
+
+    killer = threading.Thread(target=kill_first_worker_once_an_episode_is_stored)
+    killer.start()
+    stored = scripted_run(db, "clembench", runner=on_ray)
+    killer.join()
+    (summary,) = runners[0].summaries
+    assert summary.lost_workers == ["w1"]
+    # each worker was handed half; w2 played more than its half: what w1 held unfinished was replayed
+    assert summary.workers["w2"] > len(stored["episodes"]) // 2, summary.workers
+    assert summary.workers["w1"] + summary.workers["w2"] == len(stored["episodes"])
+    assert _as_rows(stored) == golden("clembench")
+
+
+def test_a_worker_that_cannot_load_a_model_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "broken.duckdb"
+
+    def broken(catalog: Catalog, store: Store) -> Runner:
+        gone = {"path": str(tmp_path / "gone.gguf"), "package": None}
+        missing = catalog.models["gemma3-270m"].model_copy(update=gone)
+        catalog = catalog.model_copy(update={"models": {**catalog.models, "gemma3-270m": missing}})
+        return Runner(catalog, store, cluster=TWO_WORKERS)
+
+    with pytest.raises(ApplianceError) as refused:
+        scripted_run(db, "pingpong", runner=broken)
+    message = str(refused.value)
+    assert message.startswith("Ray worker w1: ") and "gone.gguf" in message and "\n" not in message
+    with Store.open(db, read_only=True) as store:
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]
