@@ -86,7 +86,7 @@ class ModelPool:
         scheduler; `on_result` runs as each finishes, outside the limit (a store write holds no slot)."""
 
         async def play_all() -> list[ResultT]:
-            scheduler = Scheduler(self.backends, adapters=self.adapters)
+            scheduler = self.scheduler()
             limiter = asyncio.Semaphore(self.parallel)
 
             async def one(item: ItemT) -> ResultT:
@@ -101,6 +101,10 @@ class ModelPool:
             return list(await gathered)
 
         return asyncio.run(play_all())
+
+    def scheduler(self) -> Scheduler:
+        """A scheduler over the pool's backends (one per `play` or `serve`)."""
+        return Scheduler(self.backends, adapters=self.adapters)
 
     def serve(self, work: Work[ItemT, ResultT]) -> Serving[ItemT, ResultT]:
         """`work` for items handed in one by one, from any thread, while others play (a remote
@@ -130,7 +134,7 @@ class Serving(Generic[ItemT, ResultT]):
     def __init__(self, pool: ModelPool, work: Work[ItemT, ResultT]) -> None:
         self._work = work
         self._loop = asyncio.new_event_loop()
-        self._scheduler = Scheduler(pool.backends, adapters=pool.adapters)
+        self._scheduler = pool.scheduler()
         self._limiter = asyncio.Semaphore(pool.parallel)
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._drive(),), daemon=True)

@@ -1,7 +1,8 @@
 """A run of one family on the scripted mock model, in its own process, for tests that kill or race it.
 
     python tests/scripted_run.py DB FAMILY [--seed N] [--resume RUN_ID] [--kill-in-write K] [--delay S]
-                                           [--wait-for FILE] [--checkpoint-every-commit]
+                                           [--wait-for FILE] [--checkpoint-every-commit] [--shard I/N]
+                                           [--ray WORKERS]
 
 --kill-in-write K sends SIGKILL to this process inside the K-th episode's store transaction
 (after the episode row, before its messages), the worst moment a kill can come. --delay S makes
@@ -10,7 +11,8 @@ request once the first episode is stored until FILE exists, so a test sees the r
 stored episodes however slowly its own processes start (no race against the clock). Replies name the request's
 seed, so a resumed run that sampled other seeds would store other text. --checkpoint-every-commit
 makes DuckDB checkpoint after each commit (a 1 KB WAL limit), so that a random kill often lands in
-a checkpoint, where a kill once left a file that would not open.
+a checkpoint, where a kill once left a file that would not open. --shard plays one shard of the
+plan; --ray plays (or resumes) the run on that many workers of a local Ray cluster.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.catalog import load_catalog
+from appliance.cluster import ClusterOptions
 from appliance.engine.types import GenerationRequest
 from appliance.judging.panels import get_panel
 from appliance.run_config import RunConfig
@@ -47,6 +50,8 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--wait-for", type=Path)
     parser.add_argument("--checkpoint-every-commit", action="store_true")
+    parser.add_argument("--shard")
+    parser.add_argument("--ray", type=int, default=0)
     args = parser.parse_args()
     stored = 0
 
@@ -102,10 +107,12 @@ def main() -> None:
         seed=args.seed,
         limit=family_entry(args.family).quick_limit,
         models_file=str(catalog.source),
+        shard=args.shard,
     )
     print("ready", flush=True)  # imports done: a timed kill from now on lands in the run itself
     with Store.open(args.db) as store:
-        runner = Runner(catalog, store, scripted_factory(reply))
+        cluster = ClusterOptions("local", workers=args.ray) if args.ray else None
+        runner = Runner(catalog, store, scripted_factory(reply), cluster=cluster)
         if args.resume:
             summary = runner.resume(args.resume)
         else:

@@ -3,7 +3,8 @@
 A local Ray cluster of two workers (one CPU each) plays the scripted PingPong and clembench runs;
 the stored runs must equal the single-process runs of the same seed recorded in
 tests/data/golden_runs.json. One worker is SIGKILLed while it holds episodes: they are replayed by
-the other with the same seeds, and the store is still identical. A worker that cannot load a model
+the other with the same seeds, and the store is still identical. A driver killed inside a store
+transaction leaves a run that `--resume` finishes on Ray workers. A worker that cannot load a model
 fails the run in one line naming the worker and the model, with nothing stored. The real-model
 round trip is in tests/test_cli.py (two runs with the same seed).
 """
@@ -27,8 +28,10 @@ from appliance.errors import ApplianceError
 from appliance.runner import Runner, RunSummary
 from appliance.store import Store
 from appliance.store.journal import journal_folder
+from appliance.store.merge import merge_shards
 from tests.fakes import scripted_factory, seed_echo
-from tests.golden_runs import GOLDEN, scripted_run
+from tests.golden_runs import GOLDEN, canonical, scripted_run
+from tests.test_chaos import finish, run_helper, run_to_resume
 from tests.test_sharding import _as_rows
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'): the cluster tests need it")
@@ -119,3 +122,19 @@ def test_a_worker_that_cannot_load_a_model_fails_the_run_in_one_line(tmp_path: P
     assert message.startswith("Ray worker w1: ") and "gone.gguf" in message and "\n" not in message
     with Store.open(db, read_only=True) as store:
         assert store.query("SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_a_killed_shard_resumes_on_ray_workers_and_merges_into_the_unsharded_run(tmp_path: Path) -> None:
+    """The driver killed inside an episode's store transaction; `--resume` with Ray finishes its shard."""
+    first, second, merged = (tmp_path / f"{name}.duckdb" for name in ("first", "second", "merged"))
+    killed = run_helper(first, "clembench", "--shard", "1/2", "--kill-in-write", "2")
+    killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    run_id = run_to_resume(first)
+    assert run_id is not None and run_id.startswith("sharded-")
+    finish(run_helper(first, "clembench", "--resume", run_id, "--ray", "2"))
+    finish(run_helper(second, "clembench", "--shard", "2/2"))
+    summary = merge_shards([first, second], merged)
+    assert summary.run_id == run_id and all(facts["episodes"] for facts in summary.shards.values())
+    with Store.open(merged, read_only=True) as store:
+        assert _as_rows(canonical(store, run_id)) == golden("clembench")

@@ -3,8 +3,8 @@
 Every shard (`appliance run --shard I/N`) stores the same run, under one id derived from the plan,
 with its share of the episodes. A merge first reads every shard and checks that they are shards of
 one plan (the same config, models, files and versions; each shard once, none missing; every one
-finished), then writes the run, its models, every episode, and the calibrations and instance sets
-the run names into the target in one transaction, through the store's own journaled writes. So a
+finished), then writes the run, its models, every episode, the calibrations the run names and the
+shards' instance sets into the target in one transaction, through the store's own journaled writes. So a
 refused merge writes nothing, and a merged store checks and repairs like any other.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.run_config import RunConfig
-from appliance.scenarios.spec import ScenarioSpec
 from appliance.sharding import Shard
 from appliance.store.instance_sets import write_instance_set
 from appliance.store.labels import get_calibration, store_if_missing
@@ -128,9 +127,9 @@ def read_shard(path: Path, run_id: str | None) -> ShardRun:
             wall_s=float(stored.wall_s or 0.0),
             planned=int(stored.planned_episodes or 0),
             models=store.run_models(run_id),
-            episodes=_episode_records(store, run_id),
+            episodes=stored_episodes(store, run_id),
             calibrations=[get_calibration(store, c) for c in config.calibrations.values()],
-            instance_sets=_instance_sets(store, config),
+            instance_sets=_instance_sets(store),
         )
 
 
@@ -197,7 +196,7 @@ _EPISODE_COLUMNS = (
 _OF_RUN = "episode_id IN (SELECT episode_id FROM episodes WHERE run_id = ?)"
 
 
-def _episode_records(store: Store, run_id: str) -> list[EpisodeRecord]:
+def stored_episodes(store: Store, run_id: str) -> list[EpisodeRecord]:
     """A run's episodes as written, their rows in the order they were inserted (rowid)."""
     messages: dict[str, list[MessageRecord]] = {}
     for record in store.query_records(f"SELECT * FROM messages WHERE {_OF_RUN} ORDER BY episode_id, idx", [run_id]):
@@ -222,13 +221,11 @@ def _episode_records(store: Store, run_id: str) -> list[EpisodeRecord]:
     ]
 
 
-def _instance_sets(store: Store, config: RunConfig) -> list[dict[str, Any]]:
-    """The stored instance sets the run's scenarios name (`FAMILY:SET`), as `write_instance_set` takes them."""
-    names = [ScenarioSpec.parse(spec).source for spec in config.scenarios]
+def _instance_sets(store: Store) -> list[dict[str, Any]]:
+    """The shard's stored instance sets (a run names the ones it plays, `FAMILY:SET`), as
+    `write_instance_set` takes them; a set of the same name with other instances is refused there."""
     rows = store.query(
-        "SELECT name, family, source, seed, created_at, instance_count, payload FROM instance_sets "
-        "WHERE list_contains(?, name) ORDER BY name",
-        [names],
+        "SELECT name, family, source, seed, created_at, instance_count, payload FROM instance_sets ORDER BY name"
     )
     keys = ("name", "family", "source", "seed", "created_at", "count")
     return [dict(zip(keys, row[:6], strict=True)) | {"payload": json.loads(row[6])} for row in rows]
