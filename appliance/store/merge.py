@@ -39,7 +39,6 @@ class ShardRun:
     path: Path
     shard: Shard
     run: RunRecord
-    status: str
     wall_s: float
     planned: int
     models: list[ModelRecord]
@@ -123,7 +122,6 @@ def read_shard(path: Path, run_id: str | None) -> ShardRun:
             path=path,
             shard=shard,
             run=_run_record(store, run_id),
-            status=stored.status,
             wall_s=float(stored.wall_s or 0.0),
             planned=int(stored.planned_episodes or 0),
             models=store.run_models(run_id),
