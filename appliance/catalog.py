@@ -83,6 +83,12 @@ class ModelSpec(BaseModel):
     tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: GPUs a layer is split over")
     pipeline_parallel_size: int | None = Field(default=None, ge=1, description="vllm: stages layers are split in")
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0, description="vllm: share of GPU memory")
+    worker_group: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        description="--ray: the group of workers that hosts this model for every episode worker (unset: each "
+        "episode worker holds it)",
+    )
     #: random weights of a named shape ("llama-1b") or an architecture table: for `appliance bench` only
     synthetic: str | SyntheticShape | None = None
     sampling: Sampling = Sampling()

@@ -39,6 +39,15 @@ from appliance.pool import ModelPool, Serving
 from appliance.roles import BackendFactory
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.store import EpisodeRecord
+from appliance.worker_groups import (
+    GROUP_WORKER_RESTARTS,
+    ModelServer,
+    RemoteBackend,
+    WorkerGroup,
+    import_ray,
+    plan_groups,
+    with_threads,
+)
 
 #: set for the driver and every worker before Ray starts: no usage statistics, no dashboard
 RAY_ENVIRONMENT = {
@@ -61,6 +70,8 @@ class ClusterOptions:
     workers: int = 2
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
+    #: workers per worker group (`worker_group` in models.toml); a group not named here has one
+    group_sizes: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if _ADDRESS.fullmatch(self.address) is None:
@@ -68,7 +79,8 @@ class ClusterOptions:
 
     def describe(self) -> str:
         gpus = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
-        return f"ray {self.address}: {self.workers} workers x {self.cpus_per_worker:g} CPU{gpus}"
+        groups = "".join(f", group {name} x {size}" for name, size in self.group_sizes)
+        return f"ray {self.address}: {self.workers} workers x {self.cpus_per_worker:g} CPU{gpus}{groups}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,8 @@ class ShippedEpisode:
 
 
 class EpisodeWorker:
-    """One worker's model pool and the episodes it is playing; a Ray actor in a cluster run."""
+    """One worker's model pool and the episodes it is playing; a Ray actor in a cluster run. `hosted`:
+    the models a group worker holds for it (model name -> that worker's actor)."""
 
     def __init__(
         self,
@@ -95,16 +108,18 @@ class EpisodeWorker:
         player: EpisodePlayer,
         backend_factory: BackendFactory,
         threads: int,
+        hosted: dict[str, Any],
     ) -> None:
         enforce_offline()
         self.name = name
-        catalog = _with_threads(catalog, threads)
         try:
-            self.pool = ModelPool.load(
-                catalog, models, parallel=player.config.parallel, backend_factory=backend_factory
+            local = ModelPool.load(
+                with_threads(catalog, threads), models, parallel=player.config.parallel, backend_factory=backend_factory
             )
         except ApplianceError as error:
             raise ApplianceError(f"Ray worker {name}: {error}") from None
+        remote = {model: RemoteBackend(model, server) for model, server in hosted.items()}
+        self.pool = ModelPool({**local.backends, **remote}, parallel=local.parallel, adapters=local.adapters)
         self.player = player
         self.families: list[ScenarioFamily] = []
         self.serving: Serving[PlannedEpisode, EpisodeRecord | None] = self.pool.serve(player.play)
@@ -154,15 +169,6 @@ class EpisodeWorker:
         self.pool.close()
 
 
-def _with_threads(catalog: Catalog, threads: int) -> Catalog:
-    """Models that leave their thread count to the machine use the worker's CPUs instead of all of them."""
-    models = {
-        name: spec if spec.threads is not None else spec.model_copy(update={"threads": threads})
-        for name, spec in catalog.models.items()
-    }
-    return catalog.model_copy(update={"models": models})
-
-
 @dataclass
 class _Worker:
     name: str
@@ -177,11 +183,17 @@ class RayCluster:
     """The workers of one run; `play` keeps the model pool's contract for the runner."""
 
     def __init__(
-        self, options: ClusterOptions, workers: list[_Worker], started_ray: bool, player: EpisodePlayer
+        self,
+        options: ClusterOptions,
+        workers: list[_Worker],
+        started_ray: bool,
+        player: EpisodePlayer,
+        group_workers: list[_Worker] | None = None,
     ) -> None:
         self.options = options
         self.workers = workers
         self._all = list(workers)
+        self.group_workers = group_workers or []
         self._started_ray = started_ray
         self._window = 2 * player.config.parallel
         self._stop = player.stop
@@ -199,39 +211,60 @@ class RayCluster:
         backend_factory: BackendFactory,
         on_worker: Callable[[str, int], None] | None = None,
     ) -> RayCluster:
-        """Connect to (or start) the cluster and start every worker with its models loaded."""
-        ray = _import_ray()
+        """Connect to (or start) the cluster and start every worker with its models loaded: the
+        worker groups' first, then the episode workers, which hold every model no group hosts."""
+        ray = import_ray()
+        groups = plan_groups(catalog, models, dict(options.group_sizes), options.gpus_per_worker)
         started_ray = not ray.is_initialized()
         if started_ray:
-            ray.init(**_init_arguments(options))
-        remote = ray.remote(EpisodeWorker).options(
-            num_cpus=options.cpus_per_worker,
-            num_gpus=options.gpus_per_worker,
-            max_concurrency=4,
-            max_restarts=0,
-        )
+            ray.init(**_init_arguments(options, groups))
         threads = max(1, int(options.cpus_per_worker))
-        names = [f"w{index}" for index in range(1, options.workers + 1)]
-        actors = [remote.remote(name, catalog, models, player, backend_factory, threads) for name in names]
-        workers: list[_Worker] = []
+        started: list[Any] = []
+        ready: list[_Worker] = []
         try:
-            for name, actor in zip(names, actors, strict=True):
-                workers.append(_Worker(name, actor, _ready(ray, actor)))
+            servers: list[tuple[WorkerGroup, list[Any]]] = []
+            for group in groups:
+                server = ray.remote(ModelServer).options(
+                    num_cpus=options.cpus_per_worker,
+                    num_gpus=group.gpus,
+                    max_restarts=GROUP_WORKER_RESTARTS,
+                    max_task_retries=GROUP_WORKER_RESTARTS,
+                )
+                live = options.workers * player.config.parallel
+                names = group.worker_names()
+                actors = [server.remote(n, catalog, list(group.models), live, backend_factory, threads) for n in names]
+                started += actors
+                servers.append((group, actors))
+            remote = ray.remote(EpisodeWorker).options(
+                num_cpus=options.cpus_per_worker,
+                num_gpus=options.gpus_per_worker,
+                max_concurrency=4,
+                max_restarts=0,
+            )
+            hosted = {model for group in groups for model in group.models}
+            local = [model for model in models if model not in hosted]
+            names = [f"w{index}" for index in range(1, options.workers + 1)]
+            for index, name in enumerate(names):
+                reach = {model: actors[index % len(actors)] for group, actors in servers for model in group.models}
+                started.append(remote.remote(name, catalog, local, player, backend_factory, threads, reach))
+            group_names = [name for group, _ in servers for name in group.worker_names()]
+            for name, actor in zip(group_names + names, started, strict=True):
+                ready.append(_Worker(name, actor, _ready(ray, actor)))
                 if on_worker is not None:
-                    on_worker(name, workers[-1].pid)
+                    on_worker(name, ready[-1].pid)
         except BaseException:
-            for actor in actors:
+            for actor in started:
                 ray.kill(actor)
             if started_ray:
                 ray.shutdown()
             raise
-        return cls(options, workers, started_ray, player)
+        return cls(options, ready[len(group_names) :], started_ray, player, ready[: len(group_names)])
 
     def play(self, episodes: Sequence[PlannedEpisode], on_result: OnPlayed) -> list[EpisodeRecord | None]:
         """Every episode played on some worker; `on_result` runs in the driver as each comes back.
         Episodes of a worker that dies are handed to the others; once a stop is asked, no more are
         handed out."""
-        ray = _import_ray()
+        ray = import_ray()
         families = list({id(e.family): e.family for e in episodes}.values())
         index = {id(family): position for position, family in enumerate(families)}
         ray.get([worker.actor.start_phase.remote(families) for worker in self.workers])
@@ -280,9 +313,10 @@ class RayCluster:
             raise ApplianceError(f"every Ray worker was lost (the last, {worker.name}: {type(error).__name__})")
 
     def counters(self) -> list[BackendCounters]:
-        """Every live worker's backend counters (a lost worker's died with it)."""
-        ray = _import_ray()
-        return self._counters or [c for w in self.workers for c in ray.get(w.actor.counters.remote())]
+        """Every live worker's backend counters, the groups' included (a lost worker's died with it)."""
+        ray = import_ray()
+        live = self.group_workers + self.workers
+        return self._counters or [c for w in live for c in ray.get(w.actor.counters.remote())]
 
     def played(self) -> dict[str, int]:
         """Episodes each worker played, lost workers included."""
@@ -292,10 +326,10 @@ class RayCluster:
         return list(self._lost)
 
     def close(self) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         if self.workers and not self._counters:
             self._counters = self.counters()
-        for worker in self.workers:
+        for worker in self.workers + self.group_workers:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get(worker.actor.close.remote())
             ray.kill(worker.actor)
@@ -331,22 +365,15 @@ def _ready(ray: Any, actor: Any) -> int:
         raise ApplianceError(reason.split("ApplianceError: ", 1)[-1]) from None
 
 
-def _init_arguments(options: ClusterOptions) -> dict[str, Any]:
+def _init_arguments(options: ClusterOptions, groups: list[WorkerGroup]) -> dict[str, Any]:
     for name, value in RAY_ENVIRONMENT.items():
         os.environ[name] = value
     arguments: dict[str, Any] = {"include_dashboard": False, "logging_level": "warning", "log_to_driver": False}
     if options.address == "local":  # the cluster's processes inherit this environment
-        arguments["num_cpus"] = max(1, round(options.workers * options.cpus_per_worker))
-        arguments["num_gpus"] = options.workers * options.gpus_per_worker
+        group_workers = sum(group.size for group in groups)
+        arguments["num_cpus"] = max(1, round((options.workers + group_workers) * options.cpus_per_worker))
+        arguments["num_gpus"] = options.workers * options.gpus_per_worker + sum(g.size * g.gpus for g in groups)
     else:  # workers on other machines get it with the job
         arguments["address"] = options.address
         arguments["runtime_env"] = {"env_vars": dict(RAY_ENVIRONMENT)}
     return arguments
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ApplianceError("--ray needs Ray: pip install -e '.[ray]'") from None
-    return ray

@@ -440,13 +440,18 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
     other = stored(tmp_path / "other.duckdb", play(tmp_path / "other.duckdb", "8", "--limit", "1"))
     assert first[0] and first[1]
     assert again == first
-    # and played by two Ray workers, one conversation each
+    # and played by two Ray workers, one conversation each, SmolLM2 hosted by a worker group of its own
+    # that serves both (every request of the run travels to it through Ray)
     if importlib.util.find_spec("ray") is None:
         print("Ray is not installed (pip install -e '.[ray]'): the --ray arm of this test is left out")
     else:
-        on_ray = tmp_path / "ray.duckdb"
-        assert stored(on_ray, play(on_ray, "7", "--ray", "local", "--workers", "2")) == first
+        on_ray, grouped = tmp_path / "ray.duckdb", tmp_path / "models.toml"
+        catalog = (REPO / "models.toml").read_text(encoding="utf-8")
+        grouped.write_text(catalog.replace("[models.smollm2-135m]\n", '[models.smollm2-135m]\nworker_group = "lm"\n'))
+        ray_run = play(on_ray, "7", "--ray", "local", "--workers", "2", "--models", str(grouped))
+        assert stored(on_ray, ray_run) == first
         assert summaries[-1]["workers"] == {"w1": 1, "w2": 1}
+        assert summaries[-1]["prompt_tokens"] == summaries[0]["prompt_tokens"]  # counted by the group's worker
     assert other[0] != first[0][: len(other[0])], "another seed samples other conversations"
     # the nightly gate on two identical runs of the real model: every difference is zero, exit 0
     compared = cli("compare", first_id, again_id, "--db", str(shared), "--json")

@@ -107,6 +107,65 @@ def test_a_killed_worker_loses_nothing_its_episodes_are_replayed(tmp_path: Path)
     assert _as_rows(stored) == golden("clembench")
 
 
+def judges_apart(catalog: Catalog) -> Catalog:
+    """The catalog with Gemma (a player and a judge of the default panel) hosted by worker group 'judges'."""
+    gemma = catalog.models["gemma3-270m"].model_copy(update={"worker_group": "judges"})
+    return catalog.model_copy(update={"models": {**catalog.models, "gemma3-270m": gemma}})
+
+
+def test_a_model_in_a_worker_group_serves_every_episode_worker_and_changes_nothing(tmp_path: Path) -> None:
+    """Gemma loaded once, on the group's worker; both episode workers send it their requests."""
+    runners: list[RecordingRunner] = []
+    ready: dict[str, int] = {}
+
+    def on_ray(catalog: Catalog, store: Store) -> Runner:
+        made = RecordingRunner(
+            judges_apart(catalog), store, scripted_factory(seed_echo), cluster=TWO_WORKERS, on_worker=ready.__setitem__
+        )
+        runners.append(made)
+        return made
+
+    stored = scripted_run(tmp_path / "groups.duckdb", "pingpong", runner=on_ray)
+    assert _as_rows(stored) == golden("pingpong")
+    assert list(ready) == ["judges1", "w1", "w2"], ready
+    (summary,) = runners[0].summaries
+    assert sorted(summary.workers) == ["w1", "w2"] and all(summary.workers.values()), summary.workers
+    gemma_messages = sum(row[3] == "gemma3-270m" for row in stored["messages"])
+    gemma_judgments = sum(row[2] == "gemma3-270m" for row in stored["judgments"])
+    assert gemma_messages > 0 and gemma_judgments > 0  # the group worker played and judged
+
+
+def test_a_killed_group_worker_is_restarted_and_its_requests_sent_again(tmp_path: Path) -> None:
+    db = tmp_path / "group-killed.duckdb"
+    pids: dict[str, int] = {}
+    runners: list[RecordingRunner] = []
+
+    def kill_the_group_worker_once_an_episode_is_stored() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            episodes = sum(path.read_text().count('"kind":"episode"') for path in journal_folder(db).glob("run-*"))
+            if "judges1" in pids and episodes >= 1:
+                os.kill(pids["judges1"], signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    def on_ray(catalog: Catalog, store: Store) -> Runner:
+        slow = scripted_factory(slow_echo)
+        made = RecordingRunner(judges_apart(catalog), store, slow, cluster=TWO_WORKERS, on_worker=pids.__setitem__)
+        runners.append(made)
+        return made
+
+    killer = threading.Thread(target=kill_the_group_worker_once_an_episode_is_stored)
+    killer.start()
+    stored = scripted_run(db, "pingpong", runner=on_ray)
+    killer.join()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids["judges1"], 0)  # it was killed (Ray started another process in its place)
+    (summary,) = runners[0].summaries
+    assert summary.lost_workers == [] and summary.episodes_finished == len(stored["episodes"])
+    assert _as_rows(stored) == golden("pingpong")
+
+
 def test_a_worker_that_cannot_load_a_model_fails_the_run_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "broken.duckdb"
 
@@ -120,6 +179,23 @@ def test_a_worker_that_cannot_load_a_model_fails_the_run_in_one_line(tmp_path: P
         scripted_run(db, "pingpong", runner=broken)
     message = str(refused.value)
     assert message.startswith("Ray worker w1: ") and "gone.gguf" in message and "\n" not in message
+
+    def broken_judge(catalog: Catalog, store: Store) -> Runner:
+        return broken(judges_apart(catalog), store)
+
+    with pytest.raises(ApplianceError) as refused:
+        scripted_run(db, "pingpong", runner=broken_judge)
+    message = str(refused.value)
+    assert message.startswith("Ray worker judges1: ") and "gone.gguf" in message and "\n" not in message
+
+    def unknown_group(catalog: Catalog, store: Store) -> Runner:
+        options = ClusterOptions("local", workers=2, cpus_per_worker=1, group_sizes=(("judge", 2),))
+        return Runner(judges_apart(catalog), store, cluster=options)
+
+    with pytest.raises(
+        ApplianceError, match=r"--worker-group judge: no model of this run is in that group \(groups: judges\)"
+    ):
+        scripted_run(db, "pingpong", runner=unknown_group)
     with Store.open(db, read_only=True) as store:
         assert store.query("SELECT count(*) FROM runs") == [(0,)]
 

@@ -99,6 +99,7 @@ def test_a_shard_is_named_as_i_of_n_and_bad_options_are_one_line(tmp_path: Path)
     assert_clean_error(cli("run", "--shard", "3/2", "--db", db), "--shard 3/2", "between 1 and N")
     assert_clean_error(cli("run", "--ray", "http://head", "--db", db), "--ray http://head", "HOST:PORT")
     assert_clean_error(cli("run", "--run-id", "a b", "--db", db), "--run-id 'a b'")
+    assert_clean_error(cli("run", "--ray", "local", "--worker-group", "judges", "--db", db), "--worker-group judges")
 
 
 @given(st.sets(st.text(min_size=1, max_size=8), max_size=40), st.integers(min_value=1, max_value=7))

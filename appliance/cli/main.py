@@ -50,6 +50,7 @@ from appliance.scenarios import GenerateRequest, ScenarioReport, build_scenario_
 from appliance.scenarios.registry import families as registered_families  # noqa: E402
 from appliance.scenarios.registry import family_entry  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
+from appliance.worker_groups import parse_group_sizes  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
 models_app = typer.Typer(no_args_is_help=True, help="The models of models.toml.")
@@ -135,9 +136,21 @@ def run(
             "this machine is in) or HOST:PORT; the driver alone writes the store",
         ),
     ] = None,
-    workers: Annotated[int, typer.Option(min=1, help="--ray: workers, each holding every model of the run")] = 2,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, help="--ray: episode workers, each holding every model of the run that no worker group hosts"
+        ),
+    ] = 2,
     worker_cpus: Annotated[float, typer.Option(min=0.1, help="--ray: CPUs per worker (its llama.cpp threads)")] = 1.0,
     worker_gpus: Annotated[float, typer.Option(min=0.0, help="--ray: GPUs per worker")] = 0.0,
+    worker_group: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="--ray: NAME=COUNT workers for a worker group of models.toml (its models are loaded there only, "
+            "and every episode worker sends them its requests; default 1 each)"
+        ),
+    ] = None,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -166,7 +179,11 @@ def run(
         else:
             config = store.run(resume).run_config()
         families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
-        cluster = None if ray is None else ClusterOptions(ray, workers, worker_cpus, worker_gpus)
+        cluster = (
+            None
+            if ray is None
+            else ClusterOptions(ray, workers, worker_cpus, worker_gpus, parse_group_sizes(worker_group or []))
+        )
         try:
             with graceful_interrupts(StopRequest()) as stop:
                 runner = Runner(catalog, store, stop=stop, cluster=cluster, on_worker=_worker_ready)
