@@ -222,17 +222,15 @@ class RayCluster:
         started: list[Any] = []
         ready: list[_Worker] = []
         try:
+            live = options.workers * player.config.parallel  # a group worker serves every episode worker
             servers: list[tuple[WorkerGroup, list[Any]]] = []
             for group in groups:
-                server = ray.remote(ModelServer).options(
-                    num_cpus=options.cpus_per_worker,
-                    num_gpus=group.gpus,
-                    max_restarts=GROUP_WORKER_RESTARTS,
-                    max_task_retries=GROUP_WORKER_RESTARTS,
-                )
-                live = options.workers * player.config.parallel
-                names = group.worker_names()
-                actors = [server.remote(n, catalog, list(group.models), live, backend_factory, threads) for n in names]
+                actors = [
+                    _group_worker(ray, options, group).remote(
+                        name, catalog, list(group.models), live, backend_factory, threads
+                    )
+                    for name in group.worker_names()
+                ]
                 started += actors
                 servers.append((group, actors))
             remote = ray.remote(EpisodeWorker).options(
@@ -245,7 +243,7 @@ class RayCluster:
             local = [model for model in models if model not in hosted]
             names = [f"w{index}" for index in range(1, options.workers + 1)]
             for index, name in enumerate(names):
-                reach = {model: actors[index % len(actors)] for group, actors in servers for model in group.models}
+                reach = {model: held[index % len(held)] for group, held in servers for model in group.models}
                 started.append(remote.remote(name, catalog, local, player, backend_factory, threads, reach))
             group_names = [name for group, _ in servers for name in group.worker_names()]
             for name, actor in zip(group_names + names, started, strict=True):
@@ -343,6 +341,16 @@ class RayCluster:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _group_worker(ray: Any, options: ClusterOptions, group: WorkerGroup) -> Any:
+    """The Ray actor class of a group's workers: restarted when they die, their requests sent again."""
+    return ray.remote(ModelServer).options(
+        num_cpus=options.cpus_per_worker,
+        num_gpus=group.gpus,
+        max_restarts=GROUP_WORKER_RESTARTS,
+        max_task_retries=GROUP_WORKER_RESTARTS,
+    )
 
 
 def _shipped(planned: PlannedEpisode, family: int) -> ShippedEpisode:
