@@ -76,29 +76,36 @@ def test_two_ray_workers_store_what_one_process_stores(family: str, tmp_path: Pa
     assert sum(summary.workers.values()) == summary.episodes_finished == len(stored["episodes"])
 
 
+def killer(db: Path, pids: dict[str, int], worker: str) -> threading.Thread:
+    """A started thread that SIGKILLs `worker` (its pid once it is ready) after the first stored episode."""
+
+    def kill_once_an_episode_is_stored() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            episodes = sum(path.read_text().count('"kind":"episode"') for path in journal_folder(db).glob("run-*"))
+            if worker in pids and episodes >= 1:
+                os.kill(pids[worker], signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=kill_once_an_episode_is_stored)
+    thread.start()
+    return thread
+
+
 def test_a_killed_worker_loses_nothing_its_episodes_are_replayed(tmp_path: Path) -> None:
     db = tmp_path / "killed.duckdb"
     pids: dict[str, int] = {}
     runners: list[RecordingRunner] = []
-
-    def kill_first_worker_once_an_episode_is_stored() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            episodes = sum(path.read_text().count('"kind":"episode"') for path in journal_folder(db).glob("run-*"))
-            if "w1" in pids and episodes >= 1:
-                os.kill(pids["w1"], signal.SIGKILL)
-                return
-            time.sleep(0.01)
 
     def on_ray(catalog: Catalog, store: Store) -> Runner:
         slow = scripted_factory(slow_echo)
         runners.append(RecordingRunner(catalog, store, slow, cluster=TWO_WORKERS, on_worker=pids.__setitem__))
         return runners[-1]
 
-    killer = threading.Thread(target=kill_first_worker_once_an_episode_is_stored)
-    killer.start()
+    killing = killer(db, pids, "w1")
     stored = scripted_run(db, "clembench", runner=on_ray)
-    killer.join()
+    killing.join()
     (summary,) = runners[0].summaries
     assert summary.lost_workers == ["w1"]
     # each worker was handed half; w2 played more than its half: what w1 held unfinished was replayed
@@ -140,25 +147,15 @@ def test_a_killed_group_worker_is_restarted_and_its_requests_sent_again(tmp_path
     pids: dict[str, int] = {}
     runners: list[RecordingRunner] = []
 
-    def kill_the_group_worker_once_an_episode_is_stored() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            episodes = sum(path.read_text().count('"kind":"episode"') for path in journal_folder(db).glob("run-*"))
-            if "judges1" in pids and episodes >= 1:
-                os.kill(pids["judges1"], signal.SIGKILL)
-                return
-            time.sleep(0.01)
-
     def on_ray(catalog: Catalog, store: Store) -> Runner:
         slow = scripted_factory(slow_echo)
         made = RecordingRunner(judges_apart(catalog), store, slow, cluster=TWO_WORKERS, on_worker=pids.__setitem__)
         runners.append(made)
         return made
 
-    killer = threading.Thread(target=kill_the_group_worker_once_an_episode_is_stored)
-    killer.start()
+    killing = killer(db, pids, "judges1")
     stored = scripted_run(db, "pingpong", runner=on_ray)
-    killer.join()
+    killing.join()
     with pytest.raises(ProcessLookupError):
         os.kill(pids["judges1"], 0)  # it was killed (Ray started another process in its place)
     (summary,) = runners[0].summaries
