@@ -222,6 +222,7 @@ class Runner:
         self.cluster = cluster
         self.on_worker = on_worker
         self._calibrations: dict[str, CalibrationRecord] = {}
+        self._live: Players | None = None
 
     def _players(self, names: list[str], player: EpisodePlayer) -> Players:
         """Where the episodes are played, every model loaded (nothing is stored before this)."""
@@ -231,6 +232,10 @@ class Runner:
             )
             return LocalPlayers(pool, player)
         return RayCluster.start(self.cluster, self.catalog, names, player, self.backend_factory, self.on_worker)
+
+    def played_by_worker(self) -> dict[str, int]:
+        """While a run plays on a cluster: the episodes each worker has played so far (else empty)."""
+        return {} if self._live is None else self._live.played()
 
     def _record_run(self, run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> None:
         models = [self._model_record(self.catalog.get(name)) for name in models_needed(config, families)]
@@ -336,6 +341,7 @@ class Runner:
         progress = _Progress()
         player = EpisodePlayer(self.catalog, config, self._calibrations, self.stop)
         with self._players(names, player) as players:
+            self._live = players
             if not resumed:
                 self._record_run(run_id, config, stages)
             status = "failed"
@@ -353,6 +359,7 @@ class Runner:
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
             counters = players.counters()
             workers, lost = players.played(), players.lost()
+            self._live = None
         finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,

@@ -51,8 +51,11 @@ class RecordingRunner(Runner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.summaries: list[RunSummary] = []
+        #: what `played_by_worker` said as each episode was stored (the CLI's progress shows it)
+        self.shares: list[dict[str, int]] = []
 
     def execute(self, *args: Any, **kwargs: Any) -> RunSummary:
+        kwargs["on_episode"] = lambda record: self.shares.append(self.played_by_worker())
         self.summaries.append(super().execute(*args, **kwargs))
         return self.summaries[-1]
 
@@ -74,6 +77,9 @@ def test_two_ray_workers_store_what_one_process_stores(family: str, tmp_path: Pa
     (summary,) = runners[0].summaries
     assert sorted(summary.workers) == ["w1", "w2"] and all(summary.workers.values()), summary.workers
     assert sum(summary.workers.values()) == summary.episodes_finished == len(stored["episodes"])
+    # live progress: as each episode is stored, the workers' shares so far add up to the episodes stored
+    assert [sum(share.values()) for share in runners[0].shares] == list(range(1, len(stored["episodes"]) + 1))
+    assert runners[0].shares[-1] == summary.workers and runners[0].played_by_worker() == {}
 
 
 def killer(db: Path, pids: dict[str, int], worker: str) -> threading.Thread:

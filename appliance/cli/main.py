@@ -243,20 +243,26 @@ def _execute_with_progress(
         # Without a terminal (a log file, a nightly job) progress is one plain line per event instead.
         plain = not quiet and not error_console.is_terminal
         done = [0]
+        playing_since = [time.monotonic()]
 
         def planned(run_id: str, count: int) -> None:
+            playing_since[0] = time.monotonic()
             progress.update(task, total=count, description=f"run {run_id}")
             if plain:
                 error_console.print(f"run {run_id}: {count} episodes to play", markup=False, highlight=False)
 
         def episode_done(record: EpisodeRecord) -> None:
-            note = "" if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
+            # on a cluster, each worker's share and pace so far: a slow or idle worker shows
+            minutes = max(time.monotonic() - playing_since[0], 1e-6) / 60
+            paces = [f"{name} {n} ({n / minutes:.1f}/min)" for name, n in runner.played_by_worker().items()]
+            pace = f" - {', '.join(paces)}" if paces else ""
+            note = pace if record.status == "finished" else f"[red]{record.instance_id}: {record.error}"
             progress.update(task, advance=1, description=note)
             done[0] += 1
             if plain:
                 state = record.status if record.error is None else f"{record.status}: {record.error}"
                 error_console.print(
-                    f"episode {done[0]} done: {record.scenario} {record.instance_id} {record.player} ({state})",
+                    f"episode {done[0]} done: {record.scenario} {record.instance_id} {record.player} ({state}){pace}",
                     markup=False,
                     highlight=False,
                     soft_wrap=True,
