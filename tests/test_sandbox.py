@@ -148,17 +148,43 @@ def attack(body: str, setup: str = "") -> str:
     )
 
 
+def _command_line(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's name
+
+
+def _is_sandbox(pid: int) -> bool:
+    line = _command_line(pid)
+    return HARNESS_MARK.encode() in line or line.split(b"\0", 1)[0].endswith(b"bwrap")
+
+
+def ours(pid: int) -> bool:
+    """Whether a sandbox process belongs to this test process: above its sandbox processes (bwrap, the
+    harness and what it forked) comes this process, or no starter at all (an orphaned tree, reparented
+    to init or a subreaper). A tree under another live Python process is another run's (a run or a
+    suite beside this one on the machine plays DeepEval's code review too)."""
+    while _is_sandbox(pid):
+        pid = _parent(pid)
+    return pid == os.getpid() or b"python" not in _command_line(pid)
+
+
 def harness_processes() -> list[int]:
-    """Pids of sandbox children still alive (their command line carries the harness's source)."""
+    """Pids of this process's sandbox children still alive (their command line carries the harness's
+    source)."""
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if HARNESS_MARK.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
+        if entry.name.isdigit() and HARNESS_MARK.encode() in _command_line(int(entry.name)) and ours(int(entry.name)):
+            found.append(int(entry.name))
     return found
 
 
