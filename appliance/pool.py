@@ -106,11 +106,10 @@ class ModelPool:
         """A scheduler over the pool's backends (one per `play` or `serve`)."""
         return Scheduler(self.backends, adapters=self.adapters)
 
-    def serve(self, work: Work[ItemT, ResultT], *, live: int | None = None) -> Serving[ItemT, ResultT]:
+    def serve(self, work: Work[ItemT, ResultT]) -> Serving[ItemT, ResultT]:
         """`work` for items handed in one by one, from any thread, while others play (a remote
-        worker's calls): as `play`, but open-ended, with at most `live` (default `parallel`) at once.
-        Close the returned `Serving` before the pool."""
-        return Serving(self, work, live=live)
+        worker's calls): as `play`, but open-ended. Close the returned `Serving` before the pool."""
+        return Serving(self, work)
 
     def counters(self) -> list[BackendCounters]:
         return [backend.counters for backend in distinct_backends(self.backends.values())]
@@ -132,11 +131,11 @@ class ModelPool:
 class Serving(Generic[ItemT, ResultT]):
     """A pool's scheduler driven on a thread of its own until closed; `submit` hands it an item."""
 
-    def __init__(self, pool: ModelPool, work: Work[ItemT, ResultT], *, live: int | None = None) -> None:
+    def __init__(self, pool: ModelPool, work: Work[ItemT, ResultT]) -> None:
         self._work = work
         self._loop = asyncio.new_event_loop()
         self._scheduler = pool.scheduler()
-        self._limiter = asyncio.Semaphore(live or pool.parallel)
+        self._limiter = asyncio.Semaphore(pool.parallel)
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._drive(),), daemon=True)
         self._thread.start()

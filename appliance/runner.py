@@ -341,11 +341,11 @@ class Runner:
         progress = _Progress()
         player = EpisodePlayer(self.catalog, config, self._calibrations, self.stop)
         with self._players(names, player) as players:
-            self._live = players
             if not resumed:
                 self._record_run(run_id, config, stages)
             status = "failed"
             try:
+                self._live = players
                 self._play_phases(
                     run_id, config, phases, first_plan, deal, done, players, progress, on_episode, on_plan
                 )
@@ -356,10 +356,10 @@ class Runner:
                 status = "interrupted"
                 raise
             finally:
+                self._live = None
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
             counters = players.counters()
             workers, lost = players.played(), players.lost()
-            self._live = None
         finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,

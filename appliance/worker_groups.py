@@ -123,7 +123,7 @@ class ModelServer:
             )
         except ApplianceError as error:
             raise ApplianceError(f"Ray worker {name}: {error}") from None
-        self.serving: Serving[tuple[str, GenerationRequest], Completion] = self.pool.serve(_generate, live=live)
+        self.serving: Serving[tuple[str, GenerationRequest], Completion] = self.pool.serve(_generate)
 
     def pid(self) -> int:
         return os.getpid()
