@@ -88,6 +88,8 @@ def test_bench_runs_on_cpu_with_the_transformers_backend(tmp_path: Path) -> None
     assert all(p["engine_tokens_per_s"] > 0 and p["bare_tokens_per_s"] > 0 for p in report["decode"])
     assert all(p["ratio"] == pytest.approx(p["engine_tokens_per_s"] / p["bare_tokens_per_s"]) for p in report["decode"])
     assert all(p["engine_tokens_per_s"] > 0 for p in report["prefill"])
+    # float32 on the CPU: a reply does not depend on its batch (a GPU in bfloat16 may part them)
+    assert report["invariance"] == {"prompts": 4, "new_tokens": 16, "identical": 4, "first_difference": []}
     assert report["weight_bytes"] == 4 * report["parameters"]  # float32 weights, read once per decode step
     written = sorted(path.suffix for path in out.iterdir())
     assert written == [".json", ".md"] and "synthetic" in next(out.glob("*.md")).read_text()

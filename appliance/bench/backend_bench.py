@@ -9,7 +9,10 @@ The same workloads as the llama.cpp bench, through the `Backend` interface:
   catalog also loads, against our llama.cpp engine on that GGUF (as shipped, and
   fast mode);
 - prefill: prompts of `prompt_tokens` tokens with a one-token reply, against one
-  batched forward pass (transformers).
+  batched forward pass (transformers);
+- batch invariance: the greedy text of each of 16 prompts decoded alone and in one
+  batch of 16 (on a GPU in bfloat16 the two can differ: kernels pick their
+  reduction order by batch shape).
 
 A synthetic-weight model (`synthetic = "llama-1b"` in models.toml) is marked so:
 its rates are real, its text is noise. The report records the device, its
@@ -31,10 +34,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from appliance.bench.decode import bench_prompts
 from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
+from appliance.bench.prompts import bench_prompts
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
@@ -54,6 +57,8 @@ class BackendBenchPlan(BaseModel):
     prefill_sequences: list[int] = [1, 8]
     repeats: int = 3
     seed: int = 0
+    #: prompts decoded alone and then in one batch for the batch-invariance check (0: left out)
+    invariance_prompts: int = 16
     #: the PingPong workload (real weights only; 0 conversations: left out): conversations x turns, the
     #: model as player, user and judge
     conversations: int = 16
@@ -67,6 +72,7 @@ class BackendBenchPlan(BaseModel):
             prompt_tokens=64,
             prefill_sequences=[1, 4],
             repeats=1,
+            invariance_prompts=4,
             conversations=2,
             turns=1,
         )
@@ -88,6 +94,16 @@ class PrefillPoint(BaseModel):
     bare_tokens_per_s: float | None
 
 
+class InvarianceCheck(BaseModel):
+    """Greedy replies to the same prompts decoded one at a time and all in one batch."""
+
+    prompts: int
+    new_tokens: int
+    identical: int
+    #: per differing prompt, the first character where the two replies part
+    first_difference: list[int]
+
+
 class BackendBenchReport(BaseModel):
     bench_id: str
     started_at: datetime
@@ -102,6 +118,7 @@ class BackendBenchReport(BaseModel):
     versions: dict[str, str]
     decode: list[BackendDecodePoint]
     prefill: list[PrefillPoint]
+    invariance: InvarianceCheck | None = None
     #: PingPong with the model in every role against the sequential stateless baseline (real weights only)
     e2e: EndToEndResult | None = None
     #: bytes of weights read per decode step, and the single-stream rate the device's bandwidth allows
@@ -129,6 +146,7 @@ def run_backend_bench(
         for point in decode:
             point.peers = _llama_peers(catalog, spec, point.sequences, plan, say)
         prefill = [_prefill_point(backend, sequences, plan, say) for sequences in plan.prefill_sequences]
+        invariance = _invariance(backend, plan, say) if plan.invariance_prompts else None
         device = describe_device(backend)
         weight_bytes = _weight_bytes(backend)
     finally:
@@ -155,6 +173,7 @@ def run_backend_bench(
         versions=package_versions(("appliance", "torch", "transformers", "accelerate", "vllm", "llama-cpp-python")),
         decode=decode,
         prefill=prefill,
+        invariance=invariance,
         e2e=e2e,
         weight_bytes=weight_bytes,
         bandwidth_ceiling_tokens_per_s=bandwidth / weight_bytes if bandwidth and weight_bytes else None,
@@ -183,6 +202,30 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         f"speedup {e2e.speedup:.2f}x"
     )
     return e2e
+
+
+def _invariance(backend: Backend, plan: BackendBenchPlan, say: Callable[[str], None]) -> InvarianceCheck:
+    prompts = bench_prompts(plan.invariance_prompts, plan.seed + 1)
+    alone = [_replies(backend, _requests([prompt], plan.new_tokens))[0] for prompt in prompts]
+    together = _replies(backend, _requests(prompts, plan.new_tokens))
+    parted = [
+        next((i for i, (a, b) in enumerate(zip(one, other, strict=False)) if a != b), min(len(one), len(other)))
+        for one, other in zip(alone, together, strict=True)
+        if one != other
+    ]
+    check = InvarianceCheck(
+        prompts=len(prompts), new_tokens=plan.new_tokens, identical=len(prompts) - len(parted), first_difference=parted
+    )
+    say(f"  batch invariance: {check.identical}/{check.prompts} greedy replies identical alone and in one batch")
+    return check
+
+
+def _replies(backend: Backend, requests: list[GenerationRequest]) -> list[str]:
+    tickets = [backend.submit(request) for request in requests]
+    done: dict[int, str] = {}
+    while backend.busy:
+        done.update((ticket, completion.text) for ticket, completion in backend.step())
+    return [done[ticket] for ticket in tickets]
 
 
 def _requests(prompts: list[str], max_tokens: int) -> list[GenerationRequest]:
@@ -308,9 +351,14 @@ def _timed_on_batch(backend: Backend, prompts: list[str], run: Callable[[Any, An
     if batch is None:
         return None
     torch, model, ids, mask = batch
+    on_gpu = ids.device.type == "cuda"
+    if on_gpu:
+        torch.cuda.synchronize()
     started = time.perf_counter()
     with torch.inference_mode():
         run(model, ids, mask)
+    if on_gpu:  # kernels are queued asynchronously: the clock stops when the GPU has finished them
+        torch.cuda.synchronize()
     return time.perf_counter() - started
 
 
@@ -432,8 +480,18 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         if report.weight_bytes
         else "",
         "",
+        *(_invariance_lines(report.invariance) if report.invariance is not None else []),
         *(markdown_lines(report.e2e) if report.e2e is not None else []),
         *[f"- {note}" for note in report.notes],
         "",
     ]
     return "\n".join(lines)
+
+
+def _invariance_lines(check: InvarianceCheck) -> list[str]:
+    parted = f" (the others part at characters {check.first_difference})" if check.first_difference else ""
+    return [
+        f"Batch invariance: {check.identical} of {check.prompts} greedy replies ({check.new_tokens} tokens) are "
+        f"identical decoded alone and in one batch of {check.prompts}{parted}.",
+        "",
+    ]

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import random
 import time
 from statistics import median
 
 from pydantic import BaseModel
 
+from appliance.bench.prompts import bench_prompts
 from appliance.bench.raw_loop import DecodeTiming, raw_batched_decode
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel
 from appliance.engine.types import GenerationRequest, ResolvedSampling
-
-TOPICS = ["a lighthouse", "a dragon", "the sea", "a clock", "a garden", "a train", "winter", "a library"]
 
 
 class RawConfig(BaseModel):
@@ -38,16 +36,6 @@ class DecodePoint(BaseModel):
     #: the engine as models.toml ships it: exact mode, flash attention off
     engine_default_tokens_per_s: float | None = None
     ratio_default: float | None = None
-
-
-def bench_prompts(count: int, seed: int) -> list[str]:
-    """Distinct chat-formatted prompts of similar length (ChatML, as the embedded SmolLM2 uses)."""
-    rng = random.Random(seed)
-    return [
-        f"<|im_start|>user\nWrite a long story number {index} about {rng.choice(TOPICS)}.<|im_end|>\n"
-        "<|im_start|>assistant\n"
-        for index in range(count)
-    ]
 
 
 def engine_decode(backend: LlamaCppBackend, prompts: list[str], new_tokens: int) -> DecodeTiming:

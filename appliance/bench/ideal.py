@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from appliance.bench.decode import RawConfig, bench_prompts
+from appliance.bench.decode import RawConfig
 from appliance.bench.e2e import EndToEndResult
+from appliance.bench.prompts import bench_prompts
 from appliance.bench.raw_loop import raw_batched_decode
 from appliance.bench.scoring import raw_prefill
 from appliance.catalog import Catalog

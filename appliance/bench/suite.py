@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from appliance.bench.decode import DecodePoint, RawConfig, bench_prompts, decode_point, fastest_raw_config
+from appliance.bench.decode import DecodePoint, RawConfig, decode_point, fastest_raw_config
 from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.grammar import GrammarBench, grammar_bench
 from appliance.bench.grammar import markdown_lines as grammar_lines
@@ -29,6 +29,7 @@ from appliance.bench.ideal import IdealTime, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.memory import MemoryResult
 from appliance.bench.outputs import write_bench_files
+from appliance.bench.prompts import bench_prompts
 from appliance.bench.scoring import ScoringBench, scoring_bench
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend

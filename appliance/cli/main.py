@@ -371,8 +371,6 @@ def bench(
     as_json: JsonOption = False,
 ) -> None:
     """Engine vs raw decode loop, appliance vs sequential baselines, scoring, memory; writes bench_results/."""
-    from appliance.bench.suite import run_bench, write_outputs
-
     catalog = load_models(models)
     if adapters is not None:
         from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
@@ -387,6 +385,8 @@ def bench(
     if backend != "llama_cpp":
         _bench_other_backend(catalog, backend, model, quick=quick, out=out, as_json=as_json)
         return
+    from appliance.bench.suite import run_bench, write_outputs
+
     chosen = load_panel(panel, catalog)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
         report = run_bench(

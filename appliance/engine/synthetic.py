@@ -87,8 +87,12 @@ class ByteTokens:
         return data.decode("utf-8", errors="replace")
 
 
-def build_synthetic_model(transformers: Any, torch: Any, shape: SyntheticShape, dtype: Any, seed: int = 0) -> Any:
-    """A Llama-architecture model of `shape` with random weights (seeded), built in `dtype`."""
+def build_synthetic_model(
+    transformers: Any, torch: Any, shape: SyntheticShape, dtype: Any, device: str = "cpu", seed: int = 0
+) -> Any:
+    """A Llama-architecture model of `shape` with random weights (seeded), built in `dtype` directly on
+    `device`: an 8B shape initialised on the CPU and then copied would take minutes and 16 GB of host
+    memory before a GPU measures anything."""
     config = transformers.LlamaConfig(
         num_hidden_layers=shape.layers,
         hidden_size=shape.hidden_size,
@@ -102,4 +106,5 @@ def build_synthetic_model(transformers: Any, torch: Any, shape: SyntheticShape, 
         pad_token_id=0,
     )
     torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)

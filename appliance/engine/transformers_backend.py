@@ -77,7 +77,9 @@ class TransformersBackend:
         if synthetic is not None:
             dtype_of_weights = torch.float32 if placement["dtype"] == "auto" else placement["dtype"]
             self.tokenizer: Any = ByteTokens()
-            self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights)
+            # "auto": the first GPU, else CPU
+            target = device if device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
+            self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights, target)
         else:
             assert path is not None
             self.tokenizer, self.model = load_pretrained(transformers, name, path, placement)
@@ -220,9 +222,14 @@ class TransformersBackend:
             **self._adapter_rows([s.adapter for s in sequences]),
         )
         self.counters.decode_calls += 1
+        last = output.logits[:, -1]
+        # plain greedy rows in one argmax and one copy to the host (not a device sync per row)
+        greedy = [row for row, sequence in enumerate(sequences) if not sequence.processors]
+        picks = dict(zip(greedy, last[greedy].argmax(dim=-1).tolist(), strict=True)) if greedy else {}
         for row, sequence in enumerate(sequences):
             sequence.pending = None
-            self._accept(sequence, choose_token(self.torch, sequence, output.logits[row, -1]))
+            token = picks[row] if row in picks else choose_token(self.torch, sequence, last[row])
+            self._accept(sequence, token)
 
     def _adapter_rows(self, adapters: Sequence[str | None]) -> dict[str, Any]:
         """PEFT's per-row adapter names for a forward pass (nothing when no adapter is loaded)."""
