@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
+from appliance.bench.plain_driver import with_plain_arm
 from appliance.bench.prompts import bench_prompts
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
@@ -45,7 +46,10 @@ from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.judging.panels import Panel
 from appliance.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family
+from appliance.scenarios.pingpong.family import PingPongFamily
 
+#: the judges' template of the end-to-end workload: the default panel's (follow-ups read as probabilities)
+PLAIN_TEMPLATE = "turn_followups"
 #: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
 KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.0e12}
 
@@ -186,6 +190,7 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
     say(f"  end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, {spec.name} in every role")
     pingpong = load_family("pingpong")
     assert isinstance(pingpong, ScenarioFamily)
+    panel = Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=PLAIN_TEMPLATE)
     e2e = end_to_end(
         catalog,
         pingpong,
@@ -193,7 +198,7 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         turns=plan.turns,
         player=spec.name,
         interrogator=spec.name,
-        panel=Panel(name="bench", judges=[spec.name]),
+        panel=panel,
         seed=plan.seed,
         parallel=plan.conversations,
     )
@@ -201,6 +206,13 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         f"    appliance {e2e.appliance.wall_s:.1f} s, single-slot baseline {e2e.baseline.wall_s:.1f} s, "
         f"speedup {e2e.speedup:.2f}x"
     )
+    if spec.backend == "vllm" and isinstance(pingpong, PingPongFamily):
+        # vLLM's own way: each phase one LLM.generate over every conversation
+        e2e = with_plain_arm(
+            e2e, catalog, pingpong, player=spec.name, interrogator=spec.name, panel=panel, seed=plan.seed
+        )
+        assert e2e.plain is not None
+        say(f"    plain driver {e2e.plain.wall_s:.1f} s ({e2e.plain_messages_differing} messages differ)")
     return e2e
 
 

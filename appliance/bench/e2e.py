@@ -71,6 +71,11 @@ class EndToEndResult(BaseModel):
     transcripts_identical: bool
     messages_compared: int
     messages_differing: int
+    #: the plain driver (`plain_driver.py`: each phase one batch, no scheduler or store; vLLM's own way),
+    #: its wall time / the appliance's, and the stored messages that differ from the appliance's
+    plain: ArmResult | None = None
+    speedup_vs_plain: float | None = None
+    plain_messages_differing: int | None = None
     #: every request's generated token ids or log-probabilities, appliance against the honest baseline
     tokens_identical: bool | None = None
     requests_compared: int = 0
@@ -81,6 +86,8 @@ class EndToEndResult(BaseModel):
     #: prompt: what no cache can avoid computing) and generated tokens; the ideal time's inputs
     unique_prefill_tokens_by_model: dict[str, int] = {}
     decode_tokens_by_model: dict[str, int] = {}
+    #: the text of every message the appliance arm stored (verdicts aside); not saved
+    message_texts: list[str] = Field(default=[], exclude=True)
     #: per model, some of the workload's prompts (the raw prefill rate is measured on them); not saved
     prompt_sample: dict[str, list[list[int]]] = Field(default={}, exclude=True)
 
@@ -194,7 +201,7 @@ def unique_prefix_tokens(prompts: list[list[int]]) -> int:
     return total
 
 
-def _differing(ours: list[Any], theirs: list[Any]) -> int:
+def count_differing(ours: list[Any], theirs: list[Any]) -> int:
     """Items of either list without an identical twin in the other (order ignored: the arms interleave)."""
     a, b = Counter(ours), Counter(theirs)
     return sum((a - b).values()) + sum((b - a).values())
@@ -242,8 +249,8 @@ def end_to_end(
         prompts.setdefault(recorder.name, []).extend(recorder.prompts)
         decoded[recorder.name] += recorder.counters.completion_tokens
     unique = {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
-    differing = _differing(ours, theirs)
-    requests_differing = _differing(served, served_baseline)
+    differing = count_differing(ours, theirs)
+    requests_differing = count_differing(served, served_baseline)
     unmatched = (Counter(served) - Counter(served_baseline)).elements()
     by_kind = Counter(f"{model}/{'scoring' if len(outcome) == 2 else 'generation'}" for model, _, outcome in unmatched)
     return EndToEndResult(
@@ -265,6 +272,7 @@ def end_to_end(
         differing_by_kind=dict(by_kind),
         unique_prefill_tokens_by_model=unique,
         decode_tokens_by_model=dict(decoded),
+        message_texts=[text for key, _, text in ours if not key.endswith("/verdict")],
         prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
     )
 
@@ -274,6 +282,8 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
     arms = [("appliance", e2e.appliance), ("sequential, single-slot prefix reuse (baseline)", e2e.baseline)]
     if e2e.stateless is not None:
         arms.append(("sequential, nothing reused", e2e.stateless))
+    if e2e.plain is not None:
+        arms.append(("plain driver: each phase one batch, no scheduler or store", e2e.plain))
     cold = f"; {e2e.speedup_vs_stateless:.2f}x against nothing reused" if e2e.speedup_vs_stateless else ""
     return [
         f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
@@ -298,4 +308,13 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         + "); stored texts and verdicts: "
         f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
         "",
+        *(
+            [
+                f"Against the plain driver: {e2e.speedup_vs_plain:.2f}x; its messages differing from the "
+                f"appliance's: {e2e.plain_messages_differing} of {len(e2e.message_texts)}.",
+                "",
+            ]
+            if e2e.plain is not None and e2e.speedup_vs_plain is not None
+            else []
+        ),
     ]

@@ -205,8 +205,9 @@ class PingPongFamily(JudgedFamily):
         judge = self.conversation_judge_path if self.judging.mode == "conversation" else self.judge_path
         return [self.folder / "cards.toml", self.folder / "situations.toml", self.judging_path, judge]
 
-    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
-        assert isinstance(instance, PingPongInstance)
+    def conversation_views(self, instance: PingPongInstance) -> tuple[list[Message], list[Message]]:
+        """What the player sees before the first question (its card, its greeting) and what the
+        interrogator sees (the situation and the opening)."""
         card, situation = instance.card, instance.situation
         prompts = self.prompts[card.language]
         fields = {
@@ -225,7 +226,12 @@ class PingPongFamily(JudgedFamily):
             Message(role="system", content=render(prompts.interrogator_system, fields, source)),
             Message(role="user", content=render(opening, fields, source)),
         ]
-        for _ in range(ctx.max_turns or situation.turns):
+        return player_view, interrogator_view
+
+    async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
+        assert isinstance(instance, PingPongInstance)
+        player_view, interrogator_view = self.conversation_views(instance)
+        for _ in range(ctx.max_turns or instance.situation.turns):
             question = await ctx.generate(
                 "interrogator", interrogator_view, sampling=INTERROGATOR_SAMPLING, record=False
             )
@@ -245,7 +251,7 @@ class PingPongFamily(JudgedFamily):
         """The panel's verdicts on every player turn, in the family's judging mode; then the episode's scores."""
         assert isinstance(instance, PingPongInstance)
         card = instance.card
-        variables = {"name": card.name, "description": card.description.strip(), "situation": instance.situation.text}
+        variables = judge_variables(instance)
         if ctx.likelihood_template is not None:
             template = self.scoring_template(ctx.likelihood_template)
             ctx.metadata["judging"] = f"likelihood ({template.name})"
@@ -271,6 +277,12 @@ class PingPongFamily(JudgedFamily):
                 )
             cached = self._scoring_templates[name] = loaded
         return cached
+
+
+def judge_variables(instance: PingPongInstance) -> dict[str, str]:
+    """What every judge template of the family is filled with besides the conversation."""
+    card = instance.card
+    return {"name": card.name, "description": card.description.strip(), "situation": instance.situation.text}
 
 
 def likelihood_scores(

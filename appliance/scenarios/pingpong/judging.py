@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -136,8 +136,6 @@ async def judge_turn_likelihood(
     panel: str,
 ) -> None:
     """Every judge's features of every reply, reading the conversation up to it; one row per feature."""
-    name = variables["name"]
-    lines = [f"{name}: {greeting}"] if greeting else []
     requests: list[Coroutine[Any, Any, None]] = []
 
     async def one(judge: str, target: int, shown: dict[str, str]) -> None:
@@ -164,10 +162,25 @@ async def judge_turn_likelihood(
                 )
             )
 
-    for message in ctx.messages:
-        if message.speaker == "player":
-            shown = {**variables, "context": "\n".join(lines), "response": message.text.strip(), "speaker": name}
-            requests.extend(one(judge, message.idx, shown) for judge in judges)
-        label = name if message.speaker == "player" else "User"
-        lines.append(f"{label}: {message.text.strip()}")
+    spoken = [(message.speaker, message.text) for message in ctx.messages]
+    for target, shown in replies_in_context(variables, greeting, spoken):
+        requests.extend(one(judge, target, shown) for judge in judges)
     await asyncio.gather(*requests)
+
+
+def replies_in_context(
+    variables: dict[str, str], greeting: str, spoken: Sequence[tuple[str, str]]
+) -> list[tuple[int, dict[str, str]]]:
+    """Each player reply (its index in `spoken`, the (speaker, text) of every message) with what a
+    likelihood judge is shown of it: the template's variables, the conversation before it, the reply."""
+    name = variables["name"]
+    lines = [f"{name}: {greeting}"] if greeting else []
+    replies = []
+    for index, (speaker, text) in enumerate(spoken):
+        if speaker == "player":
+            replies.append(
+                (index, {**variables, "context": "\n".join(lines), "response": text.strip(), "speaker": name})
+            )
+        label = name if speaker == "player" else "User"
+        lines.append(f"{label}: {text.strip()}")
+    return replies

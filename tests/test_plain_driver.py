@@ -1,0 +1,70 @@
+"""The plain driver (each phase one batch over every conversation, no scheduler or store) plays the
+same PingPong requests as the appliance, on the real SmolLM2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.bench.e2e import ArmResult, EndToEndResult
+from appliance.bench.plain_driver import beside_plain, plain_pingpong
+from appliance.catalog import load_catalog
+from appliance.errors import ApplianceError
+from appliance.judging.panels import Panel
+from appliance.run_config import RunConfig
+from appliance.runner import Runner
+from appliance.scenarios import load_family
+from appliance.scenarios.pingpong.family import PingPongFamily
+from appliance.store import Store
+from tests.test_cli import REPO
+
+LIKELIHOOD = Panel(name="p", judges=["smollm2-135m"], judging="likelihood", likelihood_template="turn_likelihood")
+
+
+def pingpong() -> PingPongFamily:
+    family = load_family("pingpong")
+    assert isinstance(family, PingPongFamily)
+    return family
+
+
+def test_the_plain_driver_sends_the_appliances_requests_and_gets_its_messages(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    family = pingpong()
+    config = RunConfig(
+        scenarios=["pingpong"], players=["smollm2-135m"], interrogator="smollm2-135m", panel=LIKELIHOOD, seed=3,
+        limit=2, parallel=2, greedy=True, turns=1, models_file=str(catalog.source),
+    )  # fmt: skip
+    with Store.open(tmp_path / "run.duckdb") as store:
+        summary = Runner(catalog, store).execute(config, [family])
+        stored = [text for key, _, text in store.run_transcript(summary.run_id) if not key.endswith("/verdict")]
+    plain, texts = plain_pingpong(
+        catalog, family, conversations=2, turns=1, player="smollm2-135m", interrogator="smollm2-135m",
+        panel=LIKELIHOOD, seed=3,
+    )  # fmt: skip
+    # 2 conversations of 1 turn: a question and a reply each; greedy on llama.cpp's exact mode, the same
+    # texts from the same requests, token for token
+    assert len(stored) == 4 and sorted(texts) == sorted(stored)
+    assert plain.episodes == 2 and plain.decode_tokens == summary.completion_tokens
+    assert plain.prefill_tokens + plain.cached_prompt_tokens == summary.prompt_tokens
+    # the bench's arm beside the appliance's: its wall time ratio and the messages that differ
+    appliance = ArmResult(wall_s=2 * plain.wall_s, episodes=2, episodes_per_hour=0, prefill_tokens=0,
+                          cached_prompt_tokens=0, decode_tokens=0, peak_kv_cells=0)  # fmt: skip
+    e2e = EndToEndResult(
+        conversations=2, turns=1, players=["smollm2-135m"], panel=["smollm2-135m"], appliance=appliance,
+        baseline=appliance, speedup=1.0, transcripts_identical=True, messages_compared=4, messages_differing=0,
+        message_texts=[*stored[:3], "a message the plain driver never wrote"],
+    )  # fmt: skip
+    both = beside_plain(e2e, plain, texts)
+    assert both.plain == plain and both.speedup_vs_plain == pytest.approx(0.5)
+    assert both.plain_messages_differing == 2  # the stray message on one side, the real fourth on the other
+
+
+def test_the_plain_driver_refuses_a_panel_of_sampled_verdicts() -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    sampled = Panel(name="s", judges=["smollm2-135m"])
+    with pytest.raises(ApplianceError, match=r"^panel 's': the plain driver plays likelihood panels only$"):
+        plain_pingpong(
+            catalog, pingpong(), conversations=1, turns=1, player="smollm2-135m", interrogator="smollm2-135m",
+            panel=sampled, seed=0,
+        )  # fmt: skip
