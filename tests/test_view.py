@@ -110,6 +110,10 @@ def test_view_cli_writes_the_page_and_refuses_bad_runs(scripted_runs: tuple[Path
     assert_clean_error(cli("view", "--db", str(empty), "--out", str(tmp_path / "x.html")), "no runs stored yet")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_serve_answers_on_loopback_only(scripted_runs: tuple[Path, str, str], tmp_path: Path) -> None:
     db, base, _ = scripted_runs
     page = tmp_path / "served.html"
@@ -127,7 +131,11 @@ def test_serve_answers_on_loopback_only(scripted_runs: tuple[Path, str, str], tm
         "--port",
         "0",
     ]
-    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as server:
+    # Ctrl-C as a terminal sends it: a suite started in the background (`make test &`) runs with SIGINT
+    # ignored, which its children inherit, and Python then installs no KeyboardInterrupt handler
+    with subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint
+    ) as server:
         try:
             assert server.stdout is not None
             line = LineReader(server.stdout).wait_for("serving ", timeout_s=300)
@@ -137,7 +145,11 @@ def test_serve_answers_on_loopback_only(scripted_runs: tuple[Path, str, str], tm
                 assert response.status == 200 and response.read() == page.read_bytes()
         finally:
             server.send_signal(signal.SIGINT)
-            server.wait(timeout=120)
+            try:
+                server.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                server.kill()  # never left behind for Popen's exit to wait on forever
+                raise
         assert server.stderr is not None
         assert server.returncode == 130 and "Traceback" not in server.stderr.read()  # Ctrl-C stops it cleanly
 
