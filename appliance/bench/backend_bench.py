@@ -45,11 +45,11 @@ from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.judging.panels import Panel
 from appliance.runner import package_versions
-from appliance.scenarios import ScenarioFamily, load_family
+from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily
 
-#: the judges' template of the end-to-end workload: the default panel's (follow-ups read as probabilities)
-PLAIN_TEMPLATE = "turn_followups"
+#: the judge's template in the end-to-end workload: the default panel's (follow-ups read as probabilities)
+E2E_JUDGE_TEMPLATE = "turn_followups"
 #: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
 KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.0e12}
 
@@ -189,8 +189,8 @@ def run_backend_bench(
 def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Callable[[str], None]) -> EndToEndResult:
     say(f"  end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, {spec.name} in every role")
     pingpong = load_family("pingpong")
-    assert isinstance(pingpong, ScenarioFamily)
-    panel = Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=PLAIN_TEMPLATE)
+    assert isinstance(pingpong, PingPongFamily)
+    panel = Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=E2E_JUDGE_TEMPLATE)
     e2e = end_to_end(
         catalog,
         pingpong,
@@ -206,7 +206,7 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         f"    appliance {e2e.appliance.wall_s:.1f} s, single-slot baseline {e2e.baseline.wall_s:.1f} s, "
         f"speedup {e2e.speedup:.2f}x"
     )
-    if spec.backend == "vllm" and isinstance(pingpong, PingPongFamily):
+    if spec.backend == "vllm":
         # vLLM's own way: each phase one LLM.generate over every conversation
         e2e = with_plain_arm(
             e2e, catalog, pingpong, player=spec.name, interrogator=spec.name, panel=panel, seed=plan.seed

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from appliance.bench.e2e import ArmResult, EndToEndResult, count_differing
 from appliance.catalog import Catalog
 from appliance.client import ModelClient
-from appliance.engine.types import Message
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.scoring import scoring_features
@@ -30,6 +29,8 @@ from appliance.scenarios.pingpong.family import (
     PLAYER_SAMPLING,
     PingPongFamily,
     PingPongInstance,
+    answered,
+    asked,
     clean_interrogator_message,
     judge_variables,
 )
@@ -138,25 +139,23 @@ async def _converse(
     views = [family.conversation_views(instance) for instance in instances]
     spoken: list[Spoken] = [[] for _ in instances]
     for _ in range(turns):
-        asked = await asyncio.gather(
+        questions = await asyncio.gather(
             *(
                 client.generate("interrogator", view, sampling=INTERROGATOR_SAMPLING)
                 for client, (_, view) in zip(clients, views, strict=True)
             )
         )
-        for (player_view, interrogator_view), said, question in zip(views, spoken, asked, strict=True):
+        for (player_view, interrogator_view), said, question in zip(views, spoken, questions, strict=True):
             text = clean_interrogator_message(question.text)
             said.append(("interrogator", text))
-            interrogator_view.append(Message(role="assistant", content=text))
-            player_view.append(Message(role="user", content=text))
-        answered = await asyncio.gather(
+            asked(player_view, interrogator_view, text)
+        replies = await asyncio.gather(
             *(
                 client.generate("player", view, sampling=PLAYER_SAMPLING)
                 for client, (view, _) in zip(clients, views, strict=True)
             )
         )
-        for (player_view, interrogator_view), said, answer in zip(views, spoken, answered, strict=True):
-            said.append(("player", answer.text))
-            player_view.append(Message(role="assistant", content=answer.text.strip()))
-            interrogator_view.append(Message(role="user", content=answer.text.strip()))
+        for (player_view, interrogator_view), said, reply in zip(views, spoken, replies, strict=True):
+            said.append(("player", reply.text))
+            answered(player_view, interrogator_view, reply.text)
     return spoken

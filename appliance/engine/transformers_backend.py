@@ -74,12 +74,13 @@ class TransformersBackend:
         if threads:
             torch.set_num_threads(threads)
         placement = model_placement(torch, device, dtype, attn_implementation)
+        # where the weights go unless accelerate places them ("auto" on a real model): the named device,
+        # else the first GPU, else the CPU
+        self.device = device if device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
         if synthetic is not None:
             dtype_of_weights = torch.float32 if placement["dtype"] == "auto" else placement["dtype"]
             self.tokenizer: Any = ByteTokens()
-            # "auto": the first GPU, else CPU
-            target = device if device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
-            self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights, target)
+            self.model = build_synthetic_model(transformers, torch, synthetic, dtype_of_weights, self.device)
         else:
             assert path is not None
             self.tokenizer, self.model = load_pretrained(transformers, name, path, placement)
@@ -90,8 +91,6 @@ class TransformersBackend:
         if device == "auto" and synthetic is None:  # accelerate placed the layers (over every GPU, then CPU)
             self.device = str(self.model.device)
         else:
-            wanted = None if device == "auto" else device  # a synthetic model on "auto": the first GPU, else CPU
-            self.device = wanted or ("cuda" if torch.cuda.is_available() else "cpu")
             self.model.to(self.device)
         self.model.eval()
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))

@@ -240,11 +240,9 @@ class PingPongFamily(JudgedFamily):
             ctx.record_message(
                 "interrogator", ctx.model_for("interrogator"), question.model_copy(update={"text": question_text})
             )
-            interrogator_view.append(Message(role="assistant", content=question_text))
-            player_view.append(Message(role="user", content=question_text))
+            asked(player_view, interrogator_view, question_text)
             answer = await ctx.generate("player", player_view, sampling=PLAYER_SAMPLING)
-            player_view.append(Message(role="assistant", content=answer.text.strip()))
-            interrogator_view.append(Message(role="user", content=answer.text.strip()))
+            answered(player_view, interrogator_view, answer.text)
         await self.judge(ctx, instance, judges, panel)
 
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
@@ -277,6 +275,18 @@ class PingPongFamily(JudgedFamily):
                 )
             cached = self._scoring_templates[name] = loaded
         return cached
+
+
+def asked(player_view: list[Message], interrogator_view: list[Message], question: str) -> None:
+    """Both views after the interrogator's (cleaned) question."""
+    interrogator_view.append(Message(role="assistant", content=question))
+    player_view.append(Message(role="user", content=question))
+
+
+def answered(player_view: list[Message], interrogator_view: list[Message], answer: str) -> None:
+    """Both views after the player's reply."""
+    player_view.append(Message(role="assistant", content=answer.strip()))
+    interrogator_view.append(Message(role="user", content=answer.strip()))
 
 
 def judge_variables(instance: PingPongInstance) -> dict[str, str]:
