@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench.e2e import ArmResult, EndToEndResult
-from appliance.bench.plain_driver import beside_plain, plain_pingpong
+from appliance.bench.backend_bench import llama_cpp_twin
+from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
+from appliance.bench.plain_driver import plain_pingpong
 from appliance.catalog import load_catalog
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
@@ -55,9 +56,19 @@ def test_the_plain_driver_sends_the_appliances_requests_and_gets_its_messages(tm
         baseline=appliance, speedup=1.0, transcripts_identical=True, messages_compared=4, messages_differing=0,
         message_texts=[*stored[:3], "a message the plain driver never wrote"],
     )  # fmt: skip
-    both = beside_plain(e2e, plain, texts)
+    both = with_side_arm(e2e, "plain", plain, texts)
     assert both.plain == plain and both.speedup_vs_plain == pytest.approx(0.5)
     assert both.plain_messages_differing == 2  # the stray message on one side, the real fourth on the other
+
+
+def test_a_vllm_entry_has_the_llama_cpp_entry_of_its_gguf_as_twin() -> None:
+    """The vLLM bench's llama.cpp arm plays each vLLM model's twin: the llama_cpp entry of the same GGUF,
+    never a LoRA entry on it."""
+    catalog = load_catalog(REPO / "models.toml")
+    twins = {name: llama_cpp_twin(catalog, catalog.get(name)) for name in catalog.models}
+    found = {name: twin.name for name, twin in twins.items() if twin is not None and twin.name != name}
+    assert found == {"smollm2-135m-vllm": "smollm2-135m", "gemma3-270m-vllm": "gemma3-270m"}
+    assert twins["smollm2-135m"] is catalog.get("smollm2-135m")
 
 
 def test_the_plain_driver_refuses_a_panel_of_sampled_verdicts() -> None:

@@ -101,6 +101,8 @@ def test_bench_backend_and_model_mistakes_are_one_line(tmp_path: Path) -> None:
     assert_clean_error(cli("bench", "--backend", "transformers", "--models", str(models)), "--model")
     wrong = cli("bench", "--backend", "transformers", "--model", "smollm2-135m", "--models", str(models))
     assert_clean_error(wrong, "--model", "llama_cpp")
+    sampled = cli("bench", "--backend", "vllm", "--model", "smollm2-135m-vllm", "--panel", "sampled")
+    assert_clean_error(sampled, "--panel", "'sampled' samples verdicts")
     bad = tmp_path / "bad.toml"
     bad.write_text('[models.x]\nsynthetic = "llama-1b"\n')
     assert_clean_error(cli("models", "list", "--models", str(bad)), "field 'synthetic'", "transformers")

@@ -132,6 +132,38 @@ def test_scores_match_transformers_on_the_same_weights_and_llama_cpp_loosely(
     assert fluent > nonsense
 
 
+def test_scores_read_through_the_prefix_cache_equal_cold_ones(vllm_backend: Backend) -> None:
+    """vLLM leaves its cache unread for prompt log-probabilities unless told otherwise; we read it, and a
+    prompt whose cached blocks reach into the scored tokens is computed again cold."""
+    context = "The quick brown fox jumps over the lazy dog near the river bank. " * 22
+    short, long = " Fine.", " " + " ".join(f"item{i}" for i in range(60))
+    assert 256 < vllm_backend.count_tokens(context) < 384 - vllm_backend.count_tokens(short)  # 128-token blocks
+    assert vllm_backend.count_tokens(context + long) > 384
+
+    def scored(continuation: str) -> tuple[tuple[float, ...], int, int]:
+        cached, recomputed = vllm_backend.counters.cached_prompt_tokens, vllm_backend.counters.recomputed_cached_tokens
+        (done,) = drain(
+            vllm_backend, [GenerationRequest(prompt=context, scoring=ScoringRequest(continuation=continuation))]
+        )
+        assert done.scores is not None, done.error
+        counters = vllm_backend.counters
+        return (
+            done.scores.token_logprobs,
+            counters.cached_prompt_tokens - cached,
+            counters.recomputed_cached_tokens - recomputed,
+        )
+
+    cold_short, cached, _ = scored(short)
+    assert cached == 0
+    warm_long, cached, recomputed = scored(long)  # the context's two whole blocks come from the cache
+    assert (cached, recomputed) == (256, 0)
+    warm_short, cached, recomputed = scored(short)
+    assert (cached, recomputed) == (256, 0)
+    cold_long, _, recomputed = scored(long)  # its third block, cached last time, holds scored tokens: recomputed
+    assert recomputed == 384
+    assert warm_short == cold_short and warm_long == cold_long
+
+
 def test_prefix_caching_token_counts_and_overflow(vllm_backend: Backend, smollm2: LlamaCppBackend) -> None:
     greedy = ResolvedSampling(temperature=0.0, max_tokens=4)
     long_history = "You are a careful assistant who answers in one word. " * 20

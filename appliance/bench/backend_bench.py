@@ -34,7 +34,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
+from appliance.bench.e2e import (
+    EndToEndResult,
+    appliance_arm,
+    end_to_end,
+    markdown_lines,
+    with_side_arm,
+    workload_config,
+)
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
 from appliance.bench.plain_driver import with_plain_arm
@@ -43,6 +50,7 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
+from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.runner import package_versions
 from appliance.scenarios import load_family
@@ -139,8 +147,19 @@ def run_backend_bench(
     quick: bool,
     say: Callable[[str], None],
     plan: BackendBenchPlan | None = None,
+    panel: Panel | None = None,
+    stateless: bool = True,
 ) -> BackendBenchReport:
+    """Decode, prefill and batch invariance of `spec`'s backend, then the PingPong workload with `spec` as
+    player and interrogator and `panel` judging (default: `spec` alone) on the appliance, the sequential
+    baselines (the one that reuses nothing unless `stateless` is off), the plain driver (vLLM) and, where every
+    model has a llama.cpp twin on the same GGUF, the appliance on llama.cpp."""
     plan = plan or (BackendBenchPlan.quick() if quick else BackendBenchPlan())
+    panel = panel or _model_alone(spec)
+    if spec.backend == "vllm" and panel.likelihood_template_or_none is None:
+        raise ApplianceError(
+            f"--panel: '{panel.name}' samples verdicts; the vLLM bench's plain driver reads probabilities"
+        )
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
     backend = open_backend(catalog, spec, parallel=max(plan.sequences) // 4 or 1)
@@ -155,7 +174,11 @@ def run_backend_bench(
         weight_bytes = _weight_bytes(backend)
     finally:
         backend.close()
-    e2e = None if spec.synthetic is not None or not plan.conversations else _pingpong(catalog, spec, plan, say)
+    e2e = (
+        None
+        if spec.synthetic is not None or not plan.conversations
+        else _pingpong(catalog, spec, panel, plan, stateless, say)
+    )
     bandwidth = next((b for name, b in KNOWN_BANDWIDTH.items() if name in str(device.get("name", ""))), None)
     notes = []
     if spec.synthetic is not None:
@@ -186,11 +209,24 @@ def run_backend_bench(
     )
 
 
-def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Callable[[str], None]) -> EndToEndResult:
-    say(f"  end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, {spec.name} in every role")
+def _model_alone(spec: ModelSpec) -> Panel:
+    return Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=E2E_JUDGE_TEMPLATE)
+
+
+def _pingpong(
+    catalog: Catalog,
+    spec: ModelSpec,
+    panel: Panel,
+    plan: BackendBenchPlan,
+    stateless: bool,
+    say: Callable[[str], None],
+) -> EndToEndResult:
+    say(
+        f"  end to end: PingPong, {plan.conversations} conversations x {plan.turns} turns, {spec.name} as player and "
+        f"interrogator, judges {panel.judges}"
+    )
     pingpong = load_family("pingpong")
     assert isinstance(pingpong, PingPongFamily)
-    panel = Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=E2E_JUDGE_TEMPLATE)
     e2e = end_to_end(
         catalog,
         pingpong,
@@ -201,6 +237,7 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         panel=panel,
         seed=plan.seed,
         parallel=plan.conversations,
+        stateless=stateless,
     )
     say(
         f"    appliance {e2e.appliance.wall_s:.1f} s, single-slot baseline {e2e.baseline.wall_s:.1f} s, "
@@ -213,6 +250,26 @@ def _pingpong(catalog: Catalog, spec: ModelSpec, plan: BackendBenchPlan, say: Ca
         )
         assert e2e.plain is not None
         say(f"    plain driver {e2e.plain.wall_s:.1f} s ({e2e.plain_messages_differing} messages differ)")
+    twins = {name: llama_cpp_twin(catalog, catalog.get(name)) for name in {spec.name, *panel.judges}}
+    if spec.backend != "llama_cpp" and all(twin is not None for twin in twins.values()):
+        on_llama = {name: twin.name for name, twin in twins.items() if twin is not None}
+        twin_panel = panel.model_copy(
+            update={"name": f"{panel.name}-llama-cpp", "judges": [on_llama[judge] for judge in panel.judges]}
+        )
+        config = workload_config(
+            catalog,
+            pingpong,
+            conversations=plan.conversations,
+            turns=plan.turns,
+            player=on_llama[spec.name],
+            interrogator=on_llama[spec.name],
+            panel=twin_panel,
+            seed=plan.seed,
+            parallel=plan.conversations,
+        )
+        arm, texts = appliance_arm(catalog, pingpong, config)
+        e2e = with_side_arm(e2e, "llama_cpp", arm, texts)
+        say(f"    the appliance on llama.cpp {arm.wall_s:.1f} s ({e2e.llama_cpp_messages_differing} messages differ)")
     return e2e
 
 
@@ -283,19 +340,10 @@ def _llama_peers(
     and in fast mode, on the same prompts; empty when no entry shares the file."""
     from appliance.engine.llama_cpp_backend import LlamaCppBackend
 
-    if spec.backend == "llama_cpp" or spec.synthetic is not None:
-        return {}
-    source = catalog.resolve_path(spec)
-    twin = next(
-        (
-            m
-            for m in catalog.models.values()
-            if m.backend == "llama_cpp" and m.synthetic is None and catalog.resolve_path(m) == source
-        ),
-        None,
-    )
+    twin = llama_cpp_twin(catalog, spec) if spec.backend != "llama_cpp" else None
     if twin is None:
         return {}
+    source = catalog.resolve_path(twin)
     rates: dict[str, float] = {}
     for arm, fast in (("llama.cpp", False), ("llama.cpp fast", True)):
         engine = LlamaCppBackend(
@@ -318,6 +366,24 @@ def _llama_peers(
             engine.close()
     say("    " + ", ".join(f"{arm} {rate:.1f} tok/s" for arm, rate in rates.items()))
     return rates
+
+
+def llama_cpp_twin(catalog: Catalog, spec: ModelSpec) -> ModelSpec | None:
+    """The llama_cpp entry that loads the same GGUF as `spec` (itself for a llama_cpp entry); None if none does."""
+    if spec.backend == "llama_cpp" or spec.synthetic is not None:
+        return spec if spec.synthetic is None else None
+    source = catalog.resolve_path(spec)
+    return next(
+        (
+            m
+            for m in catalog.models.values()
+            if m.backend == "llama_cpp"
+            and m.synthetic is None
+            and m.adapter is None
+            and catalog.resolve_path(m) == source
+        ),
+        None,
+    )
 
 
 def _prefill_point(

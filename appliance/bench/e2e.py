@@ -32,6 +32,8 @@ from appliance.scenarios.base import ScenarioFamily
 from appliance.store import Store
 
 ArmKind = Literal["appliance", "single-slot", "stateless"]
+#: arms beside the appliance that play the same workload a different way (and are compared by message)
+SideArm = Literal["plain", "llama_cpp"]
 #: what one served request is compared by: model, prompt tokens (or text), outcome
 Served = tuple[str, tuple[Any, ...], tuple[Any, ...]]
 
@@ -76,6 +78,11 @@ class EndToEndResult(BaseModel):
     plain: ArmResult | None = None
     speedup_vs_plain: float | None = None
     plain_messages_differing: int | None = None
+    #: the appliance on llama.cpp with the same GGUFs in every role (for a vLLM or transformers bench), its wall
+    #: time / this appliance's, and the stored messages that differ
+    llama_cpp: ArmResult | None = None
+    speedup_vs_llama_cpp: float | None = None
+    llama_cpp_messages_differing: int | None = None
     #: every request's generated token ids or log-probabilities, appliance against the honest baseline
     tokens_identical: bool | None = None
     requests_compared: int = 0
@@ -207,6 +214,55 @@ def count_differing(ours: list[Any], theirs: list[Any]) -> int:
     return sum((a - b).values()) + sum((b - a).values())
 
 
+def workload_config(
+    catalog: Catalog,
+    family: ScenarioFamily,
+    *,
+    conversations: int,
+    turns: int,
+    player: str,
+    interrogator: str,
+    panel: Panel,
+    seed: int,
+    parallel: int,
+) -> RunConfig:
+    """The end-to-end workload as a run: greedy, `conversations` instances of `turns` turns each."""
+    return RunConfig(
+        scenarios=[family.name],
+        players=[player],
+        interrogator=interrogator,
+        panel=panel,
+        seed=seed,
+        limit=conversations,
+        parallel=parallel,
+        models_file=str(catalog.source),
+        greedy=True,
+        turns=turns,
+    )
+
+
+def appliance_arm(catalog: Catalog, family: ScenarioFamily, config: RunConfig) -> tuple[ArmResult, list[str]]:
+    """The appliance alone on the workload (a temporary store): its figures and every stored message's text."""
+    with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
+        arm, transcript, _ = _arm(catalog, config, family, Path(folder) / "appliance.duckdb", "appliance")
+    return arm, _message_texts(transcript)
+
+
+def with_side_arm(e2e: EndToEndResult, side: SideArm, arm: ArmResult, texts: list[str]) -> EndToEndResult:
+    """`e2e` with a side arm, its wall time / the appliance's, and the messages that differ (order aside)."""
+    return e2e.model_copy(
+        update={
+            side: arm,
+            f"speedup_vs_{side}": arm.wall_s / e2e.appliance.wall_s if e2e.appliance.wall_s else None,
+            f"{side}_messages_differing": count_differing(e2e.message_texts, texts),
+        }
+    )
+
+
+def _message_texts(transcript: list[tuple[str, int, str]]) -> list[str]:
+    return [text for key, _, text in transcript if not key.endswith("/verdict")]
+
+
 def end_to_end(
     catalog: Catalog,
     family: ScenarioFamily,
@@ -220,17 +276,16 @@ def end_to_end(
     parallel: int,
     stateless: bool = True,
 ) -> EndToEndResult:
-    base = RunConfig(
-        scenarios=[family.name],
-        players=[player],
+    base = workload_config(
+        catalog,
+        family,
+        conversations=conversations,
+        turns=turns,
+        player=player,
         interrogator=interrogator,
         panel=panel,
         seed=seed,
-        limit=conversations,
         parallel=parallel,
-        models_file=str(catalog.source),
-        greedy=True,
-        turns=turns,
     )
     sequential = base.model_copy(update={"parallel": 1})
     with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
@@ -272,7 +327,7 @@ def end_to_end(
         differing_by_kind=dict(by_kind),
         unique_prefill_tokens_by_model=unique,
         decode_tokens_by_model=dict(decoded),
-        message_texts=[text for key, _, text in ours if not key.endswith("/verdict")],
+        message_texts=_message_texts(ours),
         prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
     )
 
@@ -284,6 +339,8 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         arms.append(("sequential, nothing reused", e2e.stateless))
     if e2e.plain is not None:
         arms.append(("plain driver: each phase one batch, no scheduler or store", e2e.plain))
+    if e2e.llama_cpp is not None:
+        arms.append(("the appliance on llama.cpp, the same GGUFs in every role", e2e.llama_cpp))
     cold = f"; {e2e.speedup_vs_stateless:.2f}x against nothing reused" if e2e.speedup_vs_stateless else ""
     return [
         f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
@@ -310,11 +367,22 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         "",
         *(
             [
-                f"Against the plain driver: {e2e.speedup_vs_plain:.2f}x; its messages differing from the "
-                f"appliance's: {e2e.plain_messages_differing} of {len(e2e.message_texts)}.",
+                f"Against the plain driver: {e2e.speedup_vs_plain:.2f}x; messages of either arm without an "
+                f"identical one in the other: {e2e.plain_messages_differing} (of {len(e2e.message_texts)} each).",
                 "",
             ]
             if e2e.plain is not None and e2e.speedup_vs_plain is not None
+            else []
+        ),
+        *(
+            [
+                f"Against the appliance on llama.cpp: {e2e.speedup_vs_llama_cpp:.2f}x; messages of either arm "
+                f"without an identical one in the other: {e2e.llama_cpp_messages_differing} (of "
+                f"{len(e2e.message_texts)} each; llama.cpp computes on the quantised weights, vLLM on their "
+                "dequantised copy, so greedy replies part).",
+                "",
+            ]
+            if e2e.llama_cpp is not None and e2e.speedup_vs_llama_cpp is not None
             else []
         ),
     ]

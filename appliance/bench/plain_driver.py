@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from appliance.bench.e2e import ArmResult, EndToEndResult, count_differing
+from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
 from appliance.catalog import Catalog
 from appliance.client import ModelClient
 from appliance.errors import ApplianceError
@@ -63,19 +63,7 @@ def with_plain_arm(
         panel=panel,
         seed=seed,
     )
-    return beside_plain(e2e, plain, texts)
-
-
-def beside_plain(e2e: EndToEndResult, plain: ArmResult, texts: list[str]) -> EndToEndResult:
-    """`e2e` with the plain driver's arm, its speed ratio and the messages that differ (order aside)."""
-    differing = count_differing(e2e.message_texts, texts)
-    return e2e.model_copy(
-        update={
-            "plain": plain,
-            "speedup_vs_plain": plain.wall_s / e2e.appliance.wall_s if e2e.appliance.wall_s else None,
-            "plain_messages_differing": differing,
-        }
-    )
+    return with_side_arm(e2e, "plain", plain, texts)
 
 
 def plain_pingpong(

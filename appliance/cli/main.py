@@ -42,6 +42,7 @@ from appliance.cli.view import view  # noqa: E402
 from appliance.cluster import ClusterOptions  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
+from appliance.judging.panels import Panel  # noqa: E402
 from appliance.paths import project_root  # noqa: E402
 from appliance.planning import DEFAULT_LIMIT, RunRequest, plan_run, quick_suite_note  # noqa: E402
 from appliance.run_config import RunConfig  # noqa: E402
@@ -355,7 +356,12 @@ def bench(
     model: Annotated[
         str | None, typer.Option(help="the model to measure (transformers/vllm: required; may be synthetic)")
     ] = None,
-    panel: PanelOption = "default",
+    panel: Annotated[
+        str | None,
+        typer.Option(
+            help="the end-to-end workload's judges (llama_cpp: 'default'; transformers/vllm: the model alone)"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="folder for the JSON and markdown results")] = Path("bench_results"),
     skip_stateless: Annotated[
         bool, typer.Option("--skip-stateless", help="leave out the end-to-end arm that reuses nothing (the slowest)")
@@ -383,11 +389,14 @@ def bench(
             console.print(f"wrote {paths[0]} and {paths[1]}")
         return
     if backend != "llama_cpp":
-        _bench_other_backend(catalog, backend, model, quick=quick, out=out, as_json=as_json)
+        chosen = None if panel is None else load_panel(panel, catalog)
+        _bench_other_backend(
+            catalog, backend, model, chosen, quick=quick, stateless=not skip_stateless, out=out, as_json=as_json
+        )
         return
     from appliance.bench.suite import run_bench, write_outputs
 
-    chosen = load_panel(panel, catalog)
+    chosen = load_panel(panel or "default", catalog)
     with Store.open(db) as store:  # opened first: a bad --db fails before minutes of work
         report = run_bench(
             catalog,
@@ -417,7 +426,15 @@ def bench(
 
 
 def _bench_other_backend(
-    catalog: Catalog, backend: str, model: str | None, *, quick: bool, out: Path, as_json: bool
+    catalog: Catalog,
+    backend: str,
+    model: str | None,
+    panel: Panel | None,
+    *,
+    quick: bool,
+    stateless: bool,
+    out: Path,
+    as_json: bool,
 ) -> None:
     from appliance.bench.backend_bench import run_backend_bench, write_backend_outputs
 
@@ -428,7 +445,14 @@ def _bench_other_backend(
     spec = catalog.get(model)
     if spec.backend != backend:
         raise ApplianceError(f"--model: '{model}' uses backend '{spec.backend}', not '{backend}'")
-    report = run_backend_bench(catalog, spec, quick=quick, say=(lambda text: None) if as_json else console.print)
+    report = run_backend_bench(
+        catalog,
+        spec,
+        quick=quick,
+        panel=panel,
+        stateless=stateless,
+        say=(lambda text: None) if as_json else console.print,
+    )
     json_path, markdown_path = write_backend_outputs(report, out)
     if as_json:
         print(report.model_dump_json())

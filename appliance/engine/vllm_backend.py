@@ -279,11 +279,12 @@ class VllmBackend:
     def _score(self, entries: list[tuple[int, GenerationRequest, float]]) -> list[tuple[int, Completion]]:
         """Through vLLM's prompt log-probabilities, every scoring request of the step in one `generate`: a
         request's continuation is read from one prompt, each choice from the prompt with that choice
-        appended as one more token (prefix caching serves the shared part)."""
+        appended as one more token. The prefix cache serves the shared part (`_read_through_cache`)."""
         results: list[tuple[int, Completion]] = []
         planned: list[tuple[int, ScoringPlan, float, int]] = []  # ticket, plan, submitted, first prompt
         prompts: list[dict[str, list[int]]] = []
         asked: list[GenerationRequest] = []  # the request of each prompt
+        first_reads: list[int] = []  # per prompt
         for ticket, request, submitted in entries:
             try:
                 plan = plan_for_request(self.tokenizer, self.use_template, request)
@@ -298,10 +299,11 @@ class VllmBackend:
             planned.append((ticket, plan, submitted, len(prompts)))
             prompts += [{"prompt_token_ids": ids} for ids in variants]
             asked += [request] * len(variants)
+            # the first position whose logits are read: the continuation's, then each choice's
+            first_reads += [plan.first_read, *[len(plan.tokens) - 1] * len(plan.choices)]
         if not prompts:
             return results
-        params = self.vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
-        outputs = self._generate(prompts, params, asked)
+        outputs = self._read_through_cache(prompts, asked, first_reads)
 
         def logprob(output: Any, position: int, token: int) -> float:
             return float(output.prompt_logprobs[position][token].logprob)
@@ -316,8 +318,36 @@ class VllmBackend:
                 for index, choice in enumerate(plan.choices)
             ]
             self.counters.prompt_tokens += len(plan.tokens)
+            self.counters.cached_prompt_tokens += int(outputs[first].num_cached_tokens or 0)
             results.append((ticket, scored_completion(plan, submitted)))
         return results
+
+    def _read_through_cache(
+        self, prompts: list[dict[str, list[int]]], asked: list[GenerationRequest], first_reads: list[int]
+    ) -> list[Any]:
+        """Prompt log-probabilities with the prefix cache read. vLLM skips its cache for such requests by
+        default, because it returns no log-probabilities for the tokens it found cached (their places hold
+        garbage); a scoring prompt needs them only from its first read on, so a prompt whose cached part
+        reaches past that (a shared block boundary inside the continuation) is computed again without the
+        cache. The values read are the same numbers as a cold prompt's (see tests/test_vllm_backend.py)."""
+
+        def params(cold: bool) -> Any:
+            return self.vllm.SamplingParams(
+                max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False, skip_reading_prefix_cache=cold
+            )
+
+        outputs = list(self._generate(prompts, params(False), asked))
+        stale = [
+            i
+            for i, (out, read) in enumerate(zip(outputs, first_reads, strict=True))
+            if (out.num_cached_tokens or 0) > read
+        ]
+        if stale:
+            again = self._generate([prompts[i] for i in stale], params(True), [asked[i] for i in stale])
+            for index, output in zip(stale, again, strict=True):
+                self.counters.recomputed_cached_tokens += int(outputs[index].num_cached_tokens or 0)
+                outputs[index] = output
+        return outputs
 
     def _generate(self, prompts: list[dict[str, list[int]]], params: Any, requests: list[GenerationRequest]) -> Any:
         """One `LLM.generate` over the prompts, each with its request's adapter (none: the base)."""
