@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,8 @@ class VllmBackend:
                     f"model '{lora.lora_name}': adapter {lora.lora_path} does not load on its base: {reason}"
                 ) from None
         self.tokenizer = self.llm.get_tokenizer()
+        #: tokens per KV block: the prefix cache's unit
+        self.block_size = int(self.llm.llm_engine.vllm_config.cache_config.block_size or 16)
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.queue: list[tuple[int, GenerationRequest, float]] = []
         self.counters = BackendCounters()
@@ -329,14 +332,33 @@ class VllmBackend:
         default, because it returns no log-probabilities for the tokens it found cached (their places hold
         garbage); a scoring prompt needs them only from its first read on, so a prompt whose cached part
         reaches past that (a shared block boundary inside the continuation) is computed again without the
-        cache. The values read are the same numbers as a cold prompt's (see tests/test_vllm_backend.py)."""
+        cache. The values read are the same numbers as a cold prompt's (see tests/test_vllm_backend.py).
+
+        Prompts of one `generate` cannot read each other's blocks (they are computed in the same steps), so
+        where several prompts share the cacheable part before their first read (a reply's follow-ups share
+        the conversation), one of them goes first and the others follow in a second `generate`."""
 
         def params(cold: bool) -> Any:
             return self.vllm.SamplingParams(
                 max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False, skip_reading_prefix_cache=cold
             )
 
-        outputs = list(self._generate(prompts, params(False), asked))
+        def cacheable(index: int) -> tuple[int, ...]:
+            return tuple(prompts[index]["prompt_token_ids"][: first_reads[index] // self.block_size * self.block_size])
+
+        sharing = Counter(cacheable(i) for i in range(len(prompts)))
+        leaders = list(
+            {
+                cacheable(i): i for i in reversed(range(len(prompts))) if cacheable(i) and sharing[cacheable(i)] > 1
+            }.values()
+        )
+        outputs: list[Any] = [None] * len(prompts)
+        led = set(leaders)
+        for wave in (leaders, [i for i in range(len(prompts)) if i not in led]):
+            if wave:
+                done = self._generate([prompts[i] for i in wave], params(False), [asked[i] for i in wave])
+                for index, output in zip(wave, done, strict=True):
+                    outputs[index] = output
         stale = [
             i
             for i, (out, read) in enumerate(zip(outputs, first_reads, strict=True))
