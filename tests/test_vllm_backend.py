@@ -162,6 +162,15 @@ def test_scores_read_through_the_prefix_cache_equal_cold_ones(vllm_backend: Back
     cold_long, _, recomputed = scored(long)  # its third block, cached last time, holds scored tokens: recomputed
     assert recomputed == 384
     assert warm_short == cold_short and warm_long == cold_long
+    # three follow-ups of a new context in one step: one goes first, the other two read its two blocks
+    fresh = context.replace("river", "lake")
+    before = vllm_backend.counters.cached_prompt_tokens
+    together = drain(
+        vllm_backend,
+        [GenerationRequest(prompt=fresh, scoring=ScoringRequest(continuation=c)) for c in (" Yes.", " No.", " Maybe.")],
+    )
+    assert all(done.scores is not None for done in together)
+    assert vllm_backend.counters.cached_prompt_tokens - before == 2 * 256
 
 
 def test_prefix_caching_token_counts_and_overflow(vllm_backend: Backend, smollm2: LlamaCppBackend) -> None:
