@@ -280,9 +280,9 @@ class VllmBackend:
         return results
 
     def _score(self, entries: list[tuple[int, GenerationRequest, float]]) -> list[tuple[int, Completion]]:
-        """Through vLLM's prompt log-probabilities, every scoring request of the step in one `generate`: a
-        request's continuation is read from one prompt, each choice from the prompt with that choice
-        appended as one more token. The prefix cache serves the shared part (`_read_through_cache`)."""
+        """Through vLLM's prompt log-probabilities, every scoring request of the step at once: a request's
+        continuation is read from one prompt, each choice from the prompt with that choice appended as one
+        more token. The prefix cache serves the shared part (`_read_through_cache`)."""
         results: list[tuple[int, Completion]] = []
         planned: list[tuple[int, ScoringPlan, float, int]] = []  # ticket, plan, submitted, first prompt
         prompts: list[dict[str, list[int]]] = []
@@ -343,14 +343,15 @@ class VllmBackend:
                 max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False, skip_reading_prefix_cache=cold
             )
 
-        def cacheable(index: int) -> tuple[int, ...]:
-            return tuple(prompts[index]["prompt_token_ids"][: first_reads[index] // self.block_size * self.block_size])
-
-        sharing = Counter(cacheable(i) for i in range(len(prompts)))
+        # what of each prompt the cache can serve: its whole blocks before its first read (per adapter: the
+        # cache keeps adapters apart)
+        cacheable = [
+            (request.adapter, tuple(prompt["prompt_token_ids"][: read // self.block_size * self.block_size]))
+            for prompt, request, read in zip(prompts, asked, first_reads, strict=True)
+        ]
+        sharing = Counter(cacheable)
         leaders = list(
-            {
-                cacheable(i): i for i in reversed(range(len(prompts))) if cacheable(i) and sharing[cacheable(i)] > 1
-            }.values()
+            {key: i for i, key in reversed(list(enumerate(cacheable))) if key[1] and sharing[key] > 1}.values()
         )
         outputs: list[Any] = [None] * len(prompts)
         led = set(leaders)
