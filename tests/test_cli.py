@@ -311,9 +311,24 @@ def test_calibrate_a_small_fed_sample_with_the_real_judge(tmp_path: Path) -> Non
     with duckdb.connect(db, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM label_judgments").fetchone() == (8,)
     # The same items read by the likelihood template: features stored with each verdict, one row per item.
-    likelihood = cli("calibrate", *args, "--template", "turn_likelihood", "--plot", str(plot), "--json")
+    # With --curve, it is also refitted on the fitting part of 10 seeded splits (4 items: one point, 'all').
+    command = ("calibrate", *args, "--template", "turn_likelihood", "--curve", "--plot", str(plot), "--json")
+    likelihood = cli(*command)
     assert likelihood.returncode == 0, likelihood.stderr[-3000:]
-    assert json.loads(likelihood.stdout)["model"]["kind"] == "features"
+    read = json.loads(likelihood.stdout)
+    chosen = read["combiner"]["chosen"]
+    assert read["model"]["kind"] == ("features" if chosen == "ridge" else "feature_average")
+    (point,) = read["curve"]["points"]
+    assert (point["label"], point["fit_items"], sum(point["chosen"].values())) == ("all", 4, 10)
+    assert set(point["rows"]) == {"panel_calibrated", "fit_best_feature", "panel_mean", "ridge"}
+    assert point["rows"]["ridge"]["splits"] == 0  # 4 items cannot fit a ridge over the judge's features
+    # The calibration applied unrefitted to all 8 items (stored verdicts reused): a transfer, nothing stored.
+    transfer = cli("calibrate", *args, "--transfer", read["calibration_id"], "--json")
+    assert transfer.returncode == 0, transfer.stderr[-3000:]
+    moved = json.loads(transfer.stdout)
+    assert (moved["items"], moved["template"], moved["panel_transferred"]["n"]) == (8, "turn_likelihood", 8)
+    with duckdb.connect(db, read_only=True) as con:  # the two sampled calibrations and the likelihood one
+        assert con.execute("SELECT count(*) FROM calibrations").fetchone() == (3,)
     with duckdb.connect(db, read_only=True) as con:
         stored = con.execute("SELECT features FROM label_judgments WHERE template = 'turn_likelihood'").fetchall()
     assert len(stored) == 8

@@ -19,9 +19,16 @@ import pytest
 
 from appliance.bench.scoring import scoring_bench
 from appliance.calibration.apply import pick_calibrations, stale_calibrations
+from appliance.calibration.combiner import FeatureAverage
 from appliance.calibration.features import FeatureCalibration, RidgeModel, fit_ridge, simplex_weights
 from appliance.calibration.metrics import bootstrap_metrics
-from appliance.calibration.pipeline import CalibrationRequest, choose_criterion, default_template, run_calibration
+from appliance.calibration.pipeline import (
+    CalibrationRequest,
+    choose_criterion,
+    default_template,
+    run_calibration,
+    run_transfer,
+)
 from appliance.calibration.shipped import write_shipped
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.client import RoleBinding
@@ -43,6 +50,7 @@ from appliance.judging.templates import (
     load_judge_template,
 )
 from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
+from appliance.labels import read_labels
 from appliance.labels.model import HumanLabel, LabelKind, LabelSet
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
@@ -50,7 +58,7 @@ from appliance.scenarios.pingpong.family import PingPongFamily
 from appliance.scenarios.pingpong.report import build_leaderboard
 from appliance.scheduler import Scheduler
 from appliance.store import Store
-from appliance.store.labels import write_calibration
+from appliance.store.labels import write_calibration, write_label_set
 from appliance.store.records import CalibrationRecord, JudgmentRecord
 from tests.fakes import scripted_factory
 from tests.test_calibration import import_rows
@@ -284,7 +292,11 @@ def test_features_are_stored_with_the_verdicts_and_held_out_items_never_reach_th
             assert set(values) == set(template.outputs())
             assert score == values["followup"]  # the template's summary feature is the verdict's score
         report = first.report
-        assert report["kind"] == "turn" and report["model"]["kind"] == "features"
+        chosen = report["combiner"]["chosen"]
+        assert report["kind"] == "turn" and report["model"]["kind"] == (
+            "features" if chosen == "ridge" else "feature_average"
+        )
+        assert chosen in report["combiner"]["cross_validated_spearman"]
         assert report["panel_calibrated"]["spearman"]["value"] > 0.9
         assert set(report["features"]["smollm2-135m"]) == set(template.outputs())
         assert "spearman_like_for_like" in report["panel_calibrated"]
@@ -303,13 +315,24 @@ def test_features_are_stored_with_the_verdicts_and_held_out_items_never_reach_th
 
 
 def likelihood_calibration(
-    panel: Panel, fingerprint: str, calibration_id: str, criterion: str = "Overall", top: float = 4.0
+    panel: Panel,
+    fingerprint: str,
+    calibration_id: str,
+    criterion: str = "Overall",
+    top: float = 4.0,
+    *,
+    averaged: bool = False,
 ) -> CalibrationRecord:
-    model = FeatureCalibration(
+    """A calibration of the judges' `followup` feature: a ridge panel, or (`averaged`) a feature average."""
+    model: FeatureCalibration | FeatureAverage = FeatureCalibration(
         {judge: RidgeModel(("followup",), (0.0,), (1.0,), (1.0,), top / 2, top / 4) for judge in panel.judges},
         dict.fromkeys(panel.judges, 1.0 / len(panel.judges)),
         (0.0, top),
     )
+    if averaged:
+        terms = tuple((judge, "followup") for judge in panel.judges)
+        ones = (1.0,) * len(terms)
+        model = FeatureAverage(terms, (0.0,) * len(terms), ones, ones, top / 4, top / 2, (0.0, top), "panel mean")
     return CalibrationRecord(
         calibration_id=calibration_id,
         created_at=datetime(2026, 1, 1),
@@ -348,7 +371,10 @@ def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names
         write_calibration(store, likelihood_calibration(panel, template.fingerprint(), "cal-current"))
         # PingPong's fluent score is calibrated to FED Fluent; no calibration fits Engaging, and one fitted
         # on another criterion (Relevant) maps no PingPong score
-        fluent = likelihood_calibration(panel, template.fingerprint(), "cal-fluent", criterion="Fluent", top=2.0)
+        # (a feature average, the other kind a calibration of features can be)
+        fluent = likelihood_calibration(
+            panel, template.fingerprint(), "cal-fluent", criterion="Fluent", top=2.0, averaged=True
+        )
         write_calibration(store, fluent)
         write_calibration(store, likelihood_calibration(panel, template.fingerprint(), "cal-rel", "Relevant"))
         factory = scripted_factory(lambda model, request: f"A reply from {model}.")
@@ -671,3 +697,57 @@ def test_a_likelihood_panel_reads_yes_no_checks_and_preferences_by_probability()
     total = math.exp(-0.1) + math.exp(-2.3) + math.exp(-5.0)
     assert read["preference"] == pytest.approx((math.exp(-0.1) - math.exp(-2.3)) / total)
     assert read["p_tie"] == pytest.approx(math.exp(-5.0) / total)
+
+
+def test_a_calibration_transfers_unrefitted_to_another_label_set(tmp_path: Path) -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    duo = Panel(name="duo", judges=["smollm2-135m", "gemma3-270m"])
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, feature_rows())
+        source = calibrate_features(store).record
+        # The same replies under other ids, rated the other way round on another scale: a transfer that read
+        # the source's labels, or refitted on these, could not come out strongly negative.
+        other = tmp_path / "other.jsonl"
+        rows = []
+        for row in feature_rows():
+            labels = [label | {"value": 5.0 - label["value"]} for label in row["labels"]]
+            rows.append(row | {"item_id": f"other-{row['item_id']}", "labels": labels})
+        other.write_text("\n".join(json.dumps(row) for row in rows))
+        (label_set,) = read_labels(other, "jsonl", name="reversed", kind="turn")
+        write_label_set(store, label_set, "reversed")
+
+        def transfer(panel: Panel, calibration_id: str, **options: Any) -> dict[str, Any]:
+            request = CalibrationRequest(panel, "reversed", criterion="overall", seed=3, resamples=200, **options)
+            return run_transfer(
+                store, catalog, request, calibration_id, REPO / "judges", backend_factory=feature_judges
+            )
+
+        found = transfer(duo, source.calibration_id)
+        assert (found["items"], found["template"], found["fitted_on"]["label_set"]) == (
+            48,
+            "turn_likelihood",
+            "synthetic",
+        )
+        assert found["panel_transferred"]["spearman"]["value"] < -0.9
+        assert found["panel_transferred"]["n"] == 48 and found["human_ceiling"]["annotators"] == 2
+        assert store.query("SELECT count(*) FROM calibrations")[0][0] == 1  # nothing fitted, nothing stored
+        with pytest.raises(ApplianceError, match="has judges"):
+            transfer(Panel(name="one", judges=["smollm2-135m"]), source.calibration_id)
+        with pytest.raises(ApplianceError, match="no calibration 'cal-none'"):
+            transfer(duo, "cal-none")
+        with pytest.raises(ApplianceError, match="--curve and --transfer"):
+            transfer(duo, source.calibration_id, curve=True)
+        # A shipped calibration is found by its id too, and rated with its own template.
+        shipped = judges_dir_record("turn_followups__fed-turn__Overall.json")
+        default = Panel(name="default", judges=shipped.judges)
+        found = transfer(default, shipped.calibration_id, limit=8)
+        assert (found["calibration_id"], found["template"], found["items"]) == (
+            shipped.calibration_id,
+            "turn_followups",
+            8,
+        )
+        assert found["fitted_on"]["heldout_spearman"] == shipped.metrics["panel_calibrated"]["spearman"]
+
+
+def judges_dir_record(name: str) -> CalibrationRecord:
+    return CalibrationRecord.model_validate_json((REPO / "judges" / "calibrations" / "default" / name).read_text())

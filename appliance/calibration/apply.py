@@ -24,6 +24,7 @@ from statistics import mean
 
 import numpy as np
 
+from appliance.calibration.combiner import FeatureAverage, FeaturePanel
 from appliance.calibration.features import FeatureCalibration
 from appliance.calibration.models import RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
@@ -79,7 +80,7 @@ def pick_calibrations(
                 *newest_calibrations(store, panel.name, template, list(panel.judges)),
                 *shipped_calibrations(folder, panel, template),
             )
-            if record.model.get("kind") in ("rating", "features")
+            if record.model.get("kind") in ("rating", "features", "feature_average")
             and record.model.get("template_fingerprint", fingerprint) == fingerprint
         ]
         for metric, target in calibrated_metrics(stage, panel).items():
@@ -175,16 +176,17 @@ def judge_features(judgments: Sequence[JudgmentRecord], template: str) -> dict[i
 
 
 def _target_predictions(
-    calibration: RatingCalibration | FeatureCalibration, judgments: Sequence[JudgmentRecord], template: str
+    calibration: RatingCalibration | FeaturePanel, judgments: Sequence[JudgmentRecord], template: str
 ) -> list[float]:
     """The calibrated panel value of every judged target."""
     predicted: list[float] = []
-    if isinstance(calibration, FeatureCalibration):
+    if not isinstance(calibration, RatingCalibration):
+        needed = calibration.features_by_judge()
         for by_judge in judge_features(judgments, template).values():
             columns = {
-                judge: {name: np.asarray([features.get(name, np.nan)]) for name in calibration.judges[judge].features}
+                judge: {name: np.asarray([features.get(name, np.nan)]) for name in needed[judge]}
                 for judge, features in by_judge.items()
-                if judge in calibration.judges
+                if judge in needed
             }
             if columns:
                 predicted.append(float(calibration.predict(columns)[0]))
@@ -198,7 +200,7 @@ def apply_calibration(
     scores: list[ScoreRecord], judgments: Sequence[JudgmentRecord], record: CalibrationRecord, metric: str
 ) -> list[ScoreRecord]:
     calibration = calibration_from_json(record.model)
-    assert isinstance(calibration, RatingCalibration | FeatureCalibration)
+    assert isinstance(calibration, RatingCalibration | FeatureCalibration | FeatureAverage)
     per_target = _target_predictions(calibration, judgments, record.template)
     if not per_target:
         return scores

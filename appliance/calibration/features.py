@@ -5,7 +5,8 @@ the fitting part shows, with a non-negative weight), the penalty chosen by K-fol
 cross-validation inside the fitting part. The panel combines its judges' predictions with
 non-negative weights that sum to one, fitted on out-of-fold predictions (each judge's model
 refitted without the fold), so a judge that only fits its own training items gains nothing.
-Everything here sees the fitting part only.
+Everything here sees the fitting part only. For ratings the ridge panel is one candidate that
+`combiner` weighs against simpler combinations; pairwise calibrations use it directly.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.metrics import spearman
+from appliance.calibration.metrics import spearman_columns
 
 ALPHAS = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
-#: coordinate-descent sweeps of the monotone ridge fit (a handful of features: converged long before)
-SWEEPS = 100
 FOLDS = 5
 FeatureColumns = dict[str, np.ndarray]
 
@@ -71,27 +70,48 @@ class RidgeModel:
         )
 
 
+def nonnegative_quadratic_minimum(hessian: np.ndarray, linear: np.ndarray) -> np.ndarray:
+    """argmin over w >= 0 of w.H.w / 2 - c.w for a positive definite H: the active-set method of Lawson
+    and Hanson on the quadratic's own terms (exact; a few small solves for a few dozen features)."""
+    size = len(linear)
+    weights = np.zeros(size)
+    free = np.zeros(size, dtype=bool)
+    tolerance = 1e-12 * max(1.0, float(np.abs(linear).max(initial=0.0)))
+    for _ in range(3 * size + 1):
+        descent = linear - hessian @ weights
+        candidates = np.where(~free & (descent > tolerance))[0]
+        if candidates.size == 0:
+            break
+        free[candidates[np.argmax(descent[candidates])]] = True
+        while True:
+            trial = np.zeros(size)
+            trial[free] = np.linalg.solve(hessian[np.ix_(free, free)], linear[free])
+            if (trial[free] > 0).all():
+                weights = trial
+                break
+            blocked = free & (trial <= 0)
+            gap = weights[blocked] - trial[blocked]  # > 0 but for a weight that rounding left at 0
+            step = float(np.min(np.where(gap > 0, weights[blocked] / np.where(gap > 0, gap, 1.0), 0.0)))
+            weights = weights + step * (trial - weights)
+            free &= weights > tolerance
+            weights[~free] = 0.0
+    return weights
+
+
 def _solve(matrix: np.ndarray, target: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """A monotone ridge fit: each standardised feature enters in the direction its rank correlation with
-    the target shows on these rows, with a non-negative weight (coordinate descent on the penalised
-    squared error). A feature whose direction flips from one sample to another is left out rather than
-    fitted with a sign that noise chose."""
+    the target shows on these rows, with a non-negative weight (the exact minimum of the penalised squared
+    error). A feature whose direction flips from one sample to another is left out rather than fitted
+    with a sign that noise chose."""
     center = matrix.mean(axis=0)
     scale = matrix.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
     standard = (matrix - center) / scale
     intercept = float(target.mean())
-    residual_target = target - intercept
-    signs = np.asarray([1.0 if (spearman(column, target) or 0.0) >= 0 else -1.0 for column in standard.T])
+    signs = np.where(np.nan_to_num(spearman_columns(standard, target)) >= 0, 1.0, -1.0)
     oriented = standard * signs
-    weights = np.zeros(oriented.shape[1])
-    norms = (oriented**2).sum(axis=0) + alpha
-    residual = residual_target.copy()
-    for _ in range(SWEEPS):
-        for k in range(oriented.shape[1]):
-            residual += oriented[:, k] * weights[k]
-            weights[k] = max(0.0, float(oriented[:, k] @ residual) / norms[k])
-            residual -= oriented[:, k] * weights[k]
+    hessian = oriented.T @ oriented + alpha * np.eye(oriented.shape[1])
+    weights = nonnegative_quadratic_minimum(hessian, oriented.T @ (target - intercept))
     return center, scale, weights * signs, intercept
 
 
@@ -198,6 +218,10 @@ class FeatureCalibration:
         size = len(next(iter(next(iter(by_judge.values())).values())))
         return weighted_mean_present(predictions, self.weights, size)
 
+    def features_by_judge(self) -> dict[str, tuple[str, ...]]:
+        """The features each judge must supply."""
+        return {judge: model.features for judge, model in self.judges.items()}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": "features",
@@ -216,7 +240,7 @@ class FeatureCalibration:
         )
 
 
-def fit_feature_calibration(
+def fit_ridge_panel(
     by_judge: dict[str, FeatureColumns], human: np.ndarray, human_scale: tuple[float, float], *, seed: int
 ) -> FeatureCalibration:
     """Judges' models on the fitting part, and panel weights from their out-of-fold predictions."""
@@ -266,7 +290,7 @@ def fit_pair_feature_calibration(
 ) -> PairFeatureCalibration:
     """The regression of the human majority (-1, 0, +1) on the feature differences; the tie band with the
     best agreement on the fitting part's out-of-fold panel predictions."""
-    features = fit_feature_calibration(by_judge, human, (-1.0, 1.0), seed=seed)
+    features = fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed)
     cross_fitted = [
         np.clip(out_of_fold(columns, human, seed=seed), -1.0, 1.0)
         for judge, columns in by_judge.items()

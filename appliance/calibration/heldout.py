@@ -9,10 +9,14 @@ Rows reported:
   the others, averaged over annotators: what agreement humans reach;
 - `length_baseline`: response length alone, monotone-mapped on the fitting
   part (pairwise: the longer response wins);
-- probability-reading judges (`FeatureCalibration`): each judge's summary
-  feature as its raw row, its ridge model as `calibrated`, and under
-  `features` every feature alone, monotone-mapped on the fitting part (its
-  direction, too, is taken from the fitting part).
+- probability-reading judges (a feature `Combination`): each judge's summary
+  feature as its raw row, its ridge model as `calibrated` where the ridge
+  panel was chosen, under `features` every feature alone, monotone-mapped on
+  the fitting part (its direction, too, is taken from the fitting part),
+  `fit_best_feature`: the feature the fitting part ranks first, alone and
+  mapped linearly (its order kept), as it fares held out, and `combiner`:
+  the combination chosen and what each candidate scored in cross-validation
+  inside the fitting part.
 
 Like for like with the ceiling: every rating row also carries
 `spearman_like_for_like`, the row's Spearman against the mean of all
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.combiner import Combination, Term, fit_average, ranked_terms
 from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.isotonic import fit_isotonic
 from appliance.calibration.metrics import (
@@ -89,7 +94,7 @@ def monotone_map(values: np.ndarray, human: np.ndarray) -> Callable[[np.ndarray]
     return predict
 
 
-def _with_intervals(
+def with_intervals(
     table: ItemTable, compute: Callable[[ItemTable], dict[str, float | None]], seed: int, resamples: int
 ) -> Row:
     values = compute(table)
@@ -113,18 +118,16 @@ def _rating_scorer(held: ItemTable, seed: int, resamples: int) -> Callable[[Pred
             predicted = predict(table)
             return rating_metrics(predicted, table.human) | {"spearman_like_for_like": like_for_like(predicted, table)}
 
-        row = _with_intervals(held, compute, seed, resamples)
+        row = with_intervals(held, compute, seed, resamples)
         row["n"] = _count(predict(held), held.human)
         return row
 
     return scored
 
 
-def feature_report(
-    fit: ItemTable, held: ItemTable, calibration: FeatureCalibration, *, seed: int, resamples: int
-) -> Row:
-    """The held-out report of a probability-reading panel (see the module docstring for the rows)."""
-    scored = _rating_scorer(held, seed, resamples)
+def panel_mean_predictor(fit: ItemTable) -> Predictor:
+    """The plain panel mean: the judges' summary scores standardised on the fitting part, averaged, and
+    mapped monotonically onto the human scale."""
     summaries = {j: fit.judges[j] for j in fit.judges}
 
     def standardised_mean(table: ItemTable) -> np.ndarray:
@@ -135,11 +138,30 @@ def feature_report(
         with np.errstate(invalid="ignore"):
             return np.nanmean(np.vstack(columns), axis=0) if columns else np.full(len(table), np.nan)
 
+    mean_map = monotone_map(standardised_mean(fit), fit.human)
+    return lambda table: mean_map(standardised_mean(table))
+
+
+def fit_best_feature(fit: ItemTable) -> tuple[Term, float, Predictor] | None:
+    """The feature the fitting part ranks first, its Spearman there, and it alone mapped linearly onto the
+    human scale (which keeps its order: the fairest view of a single feature)."""
+    ranked = ranked_terms(fit.features, fit.human)
+    if not ranked:
+        return None
+    term, fit_value = ranked[0]
+    alone = fit_average(fit.features, fit.human, [term], fit.annotator_range(), "fit-best feature")
+    return term, fit_value, lambda table: alone.predict(table.features)
+
+
+def feature_report(fit: ItemTable, held: ItemTable, combination: Combination, *, seed: int, resamples: int) -> Row:
+    """The held-out report of a probability-reading panel (see the module docstring for the rows)."""
+    calibration = combination.model
+    scored = _rating_scorer(held, seed, resamples)
     judges: Row = {}
     features: Row = {}
     for judge in held.judges:
         judges[judge] = scored(lambda t, f=monotone_map(fit.judges[judge], fit.human), j=judge: f(t.judges[j]))  # type: ignore[misc]
-        if judge in calibration.judges:
+        if isinstance(calibration, FeatureCalibration) and judge in calibration.judges:
             judges[judge]["calibrated"] = scored(
                 lambda t, j=judge: calibration.judge_prediction(j, t.features[j])  # type: ignore[misc]
             )
@@ -147,14 +169,19 @@ def feature_report(
             name: scored(lambda t, f=monotone_map(column, fit.human), j=judge, n=name: f(t.features[j][n]))  # type: ignore[misc]
             for name, column in sorted(fit.features.get(judge, {}).items())
         }
-    mean_map = monotone_map(standardised_mean(fit), fit.human)
     length_map = monotone_map(fit.length, fit.human)
+    best: Row = {}
+    if (found := fit_best_feature(fit)) is not None:
+        (best_judge, best_name), fit_value, predict = found
+        best = {"judge": best_judge, "feature": best_name, "fit_spearman": fit_value} | scored(predict)
     return {
         "judges": judges,
         "features": features,
-        "panel_mean": scored(lambda t: mean_map(standardised_mean(t))),
+        "fit_best_feature": best,
+        "combiner": combination.to_json(),
+        "panel_mean": scored(panel_mean_predictor(fit)),
         "panel_calibrated": scored(lambda t: calibration.predict(t.features)),
-        "human_ceiling": _rating_ceiling(held, seed, resamples),
+        "human_ceiling": rating_ceiling(held, seed, resamples),
         "length_baseline": scored(lambda t: length_map(t.length)),
     }
 
@@ -193,12 +220,12 @@ def rating_report(
         "judges": judges,
         "panel_mean": scored(panel_mean),
         "panel_calibrated": scored(lambda t: calibration.predict(t.judges)),
-        "human_ceiling": _rating_ceiling(held, seed, resamples),
+        "human_ceiling": rating_ceiling(held, seed, resamples),
         "length_baseline": scored(lambda t: length_map(t.length)),
     }
 
 
-def _rating_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
+def rating_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
     """Each annotator against the mean of the others, averaged over annotators."""
 
     def compute(table: ItemTable) -> dict[str, float | None]:
@@ -207,7 +234,7 @@ def _rating_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
         averaged = _average(per_annotator)
         return averaged | {"spearman_like_for_like": averaged["spearman"]}
 
-    return _with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
+    return with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
 
 
 def _average(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
@@ -241,7 +268,7 @@ def pairwise_report(
                 metrics["position_bias"] = position_bias(table, judges)
             return metrics
 
-        row = _with_intervals(held, compute, seed, resamples)
+        row = with_intervals(held, compute, seed, resamples)
         row["n"] = _count(predict(held), held.human)
         return row
 
@@ -265,7 +292,7 @@ def _pairwise_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
             per_annotator.append(pairwise_metrics(values, rest))
         return _average(per_annotator)
 
-    return _with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
+    return with_intervals(held, compute, seed, resamples) | {"annotators": len(held.annotators)}
 
 
 def pair_feature_report(
@@ -275,7 +302,7 @@ def pair_feature_report(
     difference alone (its sign, oriented on the fitting part), the panels, the ceiling and the length rule."""
 
     def scored(predict: Predictor) -> Row:
-        row = _with_intervals(held, lambda t: pairwise_metrics(predict(t), t.human), seed, resamples)
+        row = with_intervals(held, lambda t: pairwise_metrics(predict(t), t.human), seed, resamples)
         row["n"] = _count(predict(held), held.human)
         return row
 

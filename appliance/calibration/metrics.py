@@ -24,6 +24,7 @@ __all__ = [
     "mae",
     "pearson",
     "spearman",
+    "spearman_columns",
 ]
 
 
@@ -55,6 +56,37 @@ def rank(values: Vector) -> Vector:
 def spearman(x: Sequence[float] | Vector, y: Sequence[float] | Vector) -> float | None:
     a, b = _pair(x, y)
     return pearson(rank(a), rank(b)) if a.size >= 2 else None
+
+
+def rank_columns(matrix: Vector) -> Vector:
+    """`rank` of every column at once (ties their average rank): a calibration ranks dozens of features
+    in every cross-validation fold."""
+    rows = matrix.shape[0]
+    order = np.argsort(matrix, axis=0, kind="mergesort")
+    ordered = np.take_along_axis(matrix, order, axis=0)
+    position = np.broadcast_to(np.arange(rows)[:, None], matrix.shape)
+    starts = np.ones(matrix.shape, dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    ends = np.ones(matrix.shape, dtype=bool)
+    ends[:-1] = starts[1:]
+    first = np.maximum.accumulate(np.where(starts, position, 0), axis=0)
+    last = np.minimum.accumulate(np.where(ends, position, rows)[::-1], axis=0)[::-1]
+    ranks = np.empty(matrix.shape)
+    np.put_along_axis(ranks, order, (first + last) / 2.0 + 1.0, axis=0)
+    return ranks
+
+
+def spearman_columns(matrix: Vector, target: Vector) -> Vector:
+    """`spearman` of every column of a complete matrix with the target; NaN where it is undefined."""
+    ranks = rank_columns(np.asarray(matrix, dtype=float))
+    target_ranks = rank(np.asarray(target, dtype=float))
+    if ranks.shape[0] < 2:
+        return np.full(ranks.shape[1], np.nan)
+    centred, centred_target = ranks - ranks.mean(axis=0), target_ranks - target_ranks.mean()
+    norms = np.sqrt((centred**2).sum(axis=0) * (centred_target @ centred_target))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values: Vector = np.clip(centred.T @ centred_target / norms, -1.0, 1.0)
+    return np.where(norms > 0, values, np.nan)
 
 
 def kendall_tau_b(x: Sequence[float] | Vector, y: Sequence[float] | Vector) -> float | None:

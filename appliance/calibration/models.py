@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.combiner import FeatureAverage
 from appliance.calibration.features import (
     FOLDS,
     FeatureCalibration,
@@ -132,7 +133,9 @@ def fit_pairwise_calibration(fit: ItemTable) -> PairwiseCalibration:
 
 def calibration_from_json(
     data: dict[str, Any],
-) -> RatingCalibration | PairwiseCalibration | FeatureCalibration | PairFeatureCalibration:
+) -> RatingCalibration | PairwiseCalibration | FeatureCalibration | FeatureAverage | PairFeatureCalibration:
+    if data.get("kind") == "feature_average":
+        return FeatureAverage.from_json(data)
     if data.get("kind") == "features":
         return FeatureCalibration.from_json(data)
     if data.get("kind") == "pair_features":

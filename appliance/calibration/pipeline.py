@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 
 from appliance.calibration.collect import VerdictKey, collect_verdicts
-from appliance.calibration.features import fit_feature_calibration, fit_pair_feature_calibration
+from appliance.calibration.combiner import fit_feature_calibration
+from appliance.calibration.curve import learning_curve
+from appliance.calibration.features import fit_pair_feature_calibration
 from appliance.calibration.heldout import feature_report, pair_feature_report, pairwise_report, rating_report
 from appliance.calibration.models import fit_pairwise_calibration, fit_rating_calibration
 from appliance.calibration.tables import ItemTable, majority, split_items
+from appliance.calibration.transfer import check_transfer, find_calibration, transfer_report
 from appliance.catalog import Catalog
 from appliance.engine.factory import open_backend
 from appliance.errors import ApplianceError
@@ -53,6 +56,8 @@ class CalibrationRequest:
     parallel: int = 16
     #: bootstrap resamples for every interval
     resamples: int = 1000
+    #: also refit on growing parts of several seeded splits (`curve.learning_curve`)
+    curve: bool = False
 
 
 @dataclass
@@ -171,18 +176,27 @@ def resolve_template(label_set: LabelSet, name: str | None, judges_dir: Path, pa
     return template
 
 
-def run_calibration(
+@dataclass
+class RatedItems:
+    """A label set's items rated by a panel: what a calibration is fitted on, or a transfer scored on."""
+
+    criterion: str
+    verdicts: dict[VerdictKey, LabelVerdict]
+    table: ItemTable
+
+
+def rate_items(
     store: Store,
     catalog: Catalog,
     request: CalibrationRequest,
-    judges_dir: Path,
+    label_set: LabelSet,
+    template: JudgeTemplate,
     *,
-    backend_factory: BackendFactory = open_backend,
-    on_item: Callable[[int, int], None] | None = None,
-) -> CalibrationOutcome:
-    label_set = load_label_set(store, request.label_set)
+    backend_factory: BackendFactory,
+    on_item: Callable[[int, int], None] | None,
+) -> RatedItems:
+    """The panel's verdicts on the labelled items (stored ones reused), as a table."""
     criterion = choose_criterion(label_set, request.criterion)
-    template = resolve_template(label_set, request.template, judges_dir, request.panel)
     for judge in request.panel.judges:
         catalog.get(judge)
     items = labelled_items(label_set, criterion, request.limit, request.seed)
@@ -200,11 +214,67 @@ def run_calibration(
         on_item=on_item,
     )
     table = build_table(label_set, criterion, items, verdicts, request.panel.judges)
+    return RatedItems(criterion, verdicts, table)
+
+
+def run_transfer(
+    store: Store,
+    catalog: Catalog,
+    request: CalibrationRequest,
+    calibration_id: str,
+    judges_dir: Path,
+    *,
+    backend_factory: BackendFactory = open_backend,
+    on_item: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """A stored or shipped calibration applied, unrefitted, to every item of another label set
+    (`transfer.transfer_report`); rated with the calibration's template."""
+    if request.curve:
+        raise ApplianceError("--curve and --transfer: a transfer fits nothing, so it has no learning curve")
+    record = find_calibration(store, judges_dir, calibration_id)
+    label_set = load_label_set(store, request.label_set)
+    template = resolve_template(label_set, request.template or record.template, judges_dir, request.panel)
+    check_transfer(record, request.panel, template, label_set.kind)
+    rated = rate_items(store, catalog, request, label_set, template, backend_factory=backend_factory, on_item=on_item)
+    report = transfer_report(record, rated.table, seed=request.seed, resamples=request.resamples)
+    unparsed = _unparsed_counts(rated.verdicts, set(rated.table.item_ids), request.panel.judges)
+    return {
+        "panel": request.panel.name,
+        "label_set": label_set.name,
+        "criterion": rated.criterion,
+        "template": template.name,
+        "items": len(rated.table),
+        "unparsed_verdicts": unparsed,
+    } | report
+
+
+def run_calibration(
+    store: Store,
+    catalog: Catalog,
+    request: CalibrationRequest,
+    judges_dir: Path,
+    *,
+    backend_factory: BackendFactory = open_backend,
+    on_item: Callable[[int, int], None] | None = None,
+) -> CalibrationOutcome:
+    label_set = load_label_set(store, request.label_set)
+    template = resolve_template(label_set, request.template, judges_dir, request.panel)
+    if request.curve and (label_set.kind == "pairwise" or not isinstance(template, LikelihoodTemplate)):
+        raise ApplianceError(
+            f"--curve: learning curves are drawn for ratings read from probabilities; template '{template.name}' "
+            f"on {label_set.kind} set '{label_set.name}' is not one"
+        )
+    rated = rate_items(store, catalog, request, label_set, template, backend_factory=backend_factory, on_item=on_item)
+    criterion, verdicts, table = rated.criterion, rated.verdicts, rated.table
     fit_ids, held_ids = split_items(list(table.item_ids), request.seed, request.heldout_fraction)
     fit, held = table.subset(fit_ids), table.subset(held_ids)
     human_scale = fit.annotator_range()  # from the fitting part only
     judge_scale = getattr(template, "scale", human_scale)
-    calibration, report = _fit_and_report(label_set.kind, fit, held, judge_scale, human_scale, request)
+    summary = getattr(template, "summary", None)
+    calibration, report = _fit_and_report(label_set.kind, fit, held, judge_scale, human_scale, summary, request)
+    if request.curve:
+        curve_seed, fraction = request.seed, request.heldout_fraction
+        report["curve"] = learning_curve(table, summary=summary, seed=curve_seed, heldout_fraction=fraction)
     record = CalibrationRecord(
         calibration_id=datetime.now(UTC).strftime("cal-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4],
         created_at=datetime.now(UTC).replace(tzinfo=None),
@@ -221,7 +291,7 @@ def run_calibration(
             "judge_scale": list(judge_scale),
             "human_scale": list(human_scale),
             "template_fingerprint": template.fingerprint(),
-            "summary": getattr(template, "summary", None),
+            "summary": summary,
         },
         metrics=report,
     )
@@ -253,6 +323,7 @@ def _fit_and_report(
     held: ItemTable,
     judge_scale: tuple[float, float],
     human_scale: tuple[float, float],
+    summary: str | None,
     request: CalibrationRequest,
 ) -> tuple[Any, dict[str, Any]]:
     """The calibration fitted on the fitting part, and its report on the held-out part."""
@@ -260,8 +331,9 @@ def _fit_and_report(
         pair = fit_pair_feature_calibration(fit.features, fit.human, seed=request.seed)
         return pair, pair_feature_report(fit, held, pair, seed=request.seed, resamples=request.resamples)
     if fit.features:
-        features = fit_feature_calibration(fit.features, fit.human, human_scale, seed=request.seed)
-        return features, feature_report(fit, held, features, seed=request.seed, resamples=request.resamples)
+        combination = fit_feature_calibration(fit.features, fit.human, human_scale, summary=summary, seed=request.seed)
+        report = feature_report(fit, held, combination, seed=request.seed, resamples=request.resamples)
+        return combination.model, report
     if kind == "pairwise":
         pairwise = fit_pairwise_calibration(fit)
         return pairwise, pairwise_report(fit, held, pairwise, seed=request.seed, resamples=request.resamples)

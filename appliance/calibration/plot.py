@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance.calibration.combiner import FeatureAverage
 from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.models import RatingCalibration, calibration_from_json, rescale, vote
 from appliance.calibration.tables import ItemTable
@@ -42,6 +43,8 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
                 (f"{j} (calibrated)", calibration.judge_prediction(j, held.features[j])) for j in calibration.judges
             ]
             panels.append(("panel calibrated", calibration.predict(held.features)))
+        elif isinstance(calibration, FeatureAverage):
+            panels = [(f"panel calibrated ({calibration.label})", calibration.predict(held.features))]
         else:
             assert isinstance(calibration, RatingCalibration)
             panels = [(f"{j} (raw, rescaled)", rescale(v, judge_scale, human_scale)) for j, v in held.judges.items()]

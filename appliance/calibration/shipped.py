@@ -33,6 +33,18 @@ def write_shipped(judges_folder: Path, record: CalibrationRecord, report: dict[s
     return calibration, held_out
 
 
+def combiner_sentence(combiner: dict[str, Any]) -> str:
+    """How the panel's features were combined, and what each candidate scored inside the fitting part."""
+    scores = ", ".join(
+        f"{name} {'-' if value is None else f'{value:.3f}'}"
+        for name, value in combiner["cross_validated_spearman"].items()
+    )
+    return (
+        f"Combination chosen on the fitting part: {combiner['chosen']} (cross-validated Spearman inside the "
+        f"fitting part: {scores})."
+    )
+
+
 def _cell(metric: Any) -> str:
     if not isinstance(metric, dict) or metric.get("value") is None:
         return "-"
@@ -48,6 +60,8 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
         if "calibrated" in row:
             rows.append((f"{judge} (calibrated)", row["calibrated"]))
     rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
+    if best := report.get("fit_best_feature"):
+        rows.append((f"fit-best feature ({best['judge']}: {best['feature']})", best))
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     weights = record.model.get("weights", {})
@@ -58,7 +72,11 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
         f"(fingerprint {record.model.get('template_fingerprint')}), label set `{record.label_set}`, "
         f"criterion `{record.criterion}`, human scale {record.model.get('human_scale')} (from the fitting part).",
         f"Items: {len(record.fit_items)} fitted, {len(record.heldout_items)} held out (seed {record.seed}). "
-        f"Panel weights (cross-fitted): {', '.join(f'{j} {w:.2f}' for j, w in weights.items())}.",
+        + (
+            combiner_sentence(report["combiner"])
+            if "combiner" in report
+            else f"Panel weights (cross-fitted): {', '.join(f'{j} {w:.2f}' for j, w in weights.items())}."
+        ),
         "",
         "Held-out agreement with the human mean, 95% bootstrap intervals (items sharing a context resampled "
         "together). `spearman_like_for_like`: against the mean of all annotators but one, averaged over the "
@@ -70,4 +88,17 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     for label, row in rows:
         count = row.get("n", row.get("annotators", ""))
         lines.append(f"| {label} | {count} | " + " | ".join(_cell(row.get(m)) for m in _METRICS) + " |")
+    if "curve" in report:
+        from appliance.calibration.curve import CURVE_HEADERS, curve_cells
+
+        lines += [
+            "",
+            f"Learning curve: held-out Spearman, mean over {report['curve']['splits']} seeded splits (95% "
+            "bootstrap interval of the mean; the splits share items), each fitted on that many of its fitting "
+            "items.",
+            "",
+            "| " + " | ".join(CURVE_HEADERS) + " |",
+            "|" + "---:|" * (len(CURVE_HEADERS) - 1) + "---|",
+        ]
+        lines += ["| " + " | ".join(cells) + " |" for cells in curve_cells(report["curve"])]
     return "\n".join(lines) + "\n"

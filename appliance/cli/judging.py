@@ -144,6 +144,14 @@ def calibrate(
     seed: Annotated[int, typer.Option(help="split, sample and decoding seed")] = 0,
     parallel: Annotated[int, typer.Option(min=1, help="items rated at once")] = 16,
     resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples per interval")] = 1000,
+    curve: Annotated[
+        bool,
+        typer.Option(
+            "--curve",
+            help="also refit on 25/50/100/150/all fitting items of 10 seeded splits and report held-out "
+            "Spearman per size (ratings read from probabilities)",
+        ),
+    ] = False,
     plot: Annotated[Path | None, typer.Option(help="PNG path (default out/<calibration id>.png)")] = None,
     ship: Annotated[
         bool,
@@ -151,26 +159,43 @@ def calibrate(
             "--ship", help="also write it to judges/calibrations/<panel>/ with its held-out report (runs apply it)"
         ),
     ] = False,
+    transfer: Annotated[
+        str | None,
+        typer.Option(
+            help="fit nothing: apply this stored or shipped calibration to every item of --labels and report its "
+            "zero-shot agreement",
+            metavar="CALIBRATION_ID",
+        ),
+    ] = None,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rate labelled items with a panel, fit judge->human maps on one part, report agreement on the rest."""
-    from appliance.calibration.pipeline import CalibrationRequest, run_calibration
+    from appliance.calibration.pipeline import CalibrationRequest, run_calibration, run_transfer
     from appliance.calibration.plot import write_plot
 
     catalog = load_models(models)
     chosen = load_panel(panel, catalog)
-    request = CalibrationRequest(chosen, labels, criterion, template, limit, heldout, seed, parallel, resamples)
+    request = CalibrationRequest(
+        chosen, labels, criterion, template, limit, heldout, seed, parallel, resamples, curve=curve
+    )
     with Store.open(db) as store, _progress("items", as_json) as progress:
         task = progress.add_task("rating", total=None)
-        outcome = run_calibration(
-            store,
-            catalog,
-            request,
-            judges_dir(),
-            on_item=lambda done, total: progress.update(task, completed=done, total=total),
-        )
+
+        def progressed(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        if transfer is not None:
+            found = run_transfer(store, catalog, request, transfer, judges_dir(), on_item=progressed)
+        else:
+            outcome = run_calibration(store, catalog, request, judges_dir(), on_item=progressed)
+    if transfer is not None:
+        if as_json:
+            print(json.dumps(found))
+        else:
+            print_transfer(found)
+        return
     plot_path = write_plot(
         plot or Path("out") / f"{outcome.record.calibration_id}.png", outcome.held, outcome.kind, outcome.report
     )
@@ -189,6 +214,8 @@ def calibrate(
 
 
 def print_calibration(report: dict[str, Any]) -> None:
+    from appliance.calibration.shipped import combiner_sentence
+
     pairwise = report["kind"] == "pairwise"
     features = "features" in report
     names = (
@@ -215,6 +242,8 @@ def print_calibration(report: dict[str, Any]) -> None:
         if "calibrated" in row:
             rows.append((f"{judge} (calibrated)", row["calibrated"]))
     rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
+    if best := report.get("fit_best_feature"):
+        rows.append((f"fit-best feature ({best['judge']}: {best['feature']})", best))
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     for label, row in rows:
@@ -229,10 +258,9 @@ def print_calibration(report: dict[str, Any]) -> None:
         )
     elif features:
         method = (
-            f"Human scale {report['human_scale']} (from the fitting part). Calibrated = ridge on the judge's "
-            "features, penalty chosen by cross-validation inside the fitting part; panel = weighted mean of the "
-            "judges, weights fitted on out-of-fold predictions. A feature alone = mapped monotonically (direction "
-            "from the fitting part)."
+            f"Human scale {report['human_scale']} (from the fitting part). Panel calibrated = "
+            f"{combiner_sentence(report['combiner'])} A feature alone = mapped monotonically (direction from the "
+            "fitting part); the fit-best feature is the one the fitting part ranks first."
         )
     else:
         method = (
@@ -244,7 +272,46 @@ def print_calibration(report: dict[str, Any]) -> None:
         "left out (how the human ceiling is measured). 95% intervals: bootstrap over held-out items (items "
         f"sharing a context resampled together). Unparsed verdicts: {unparsed}."
     )
+    if "curve" in report:
+        from appliance.calibration.curve import CURVE_HEADERS, curve_cells
+
+        curve = Table(
+            title=f"learning curve: held-out Spearman, mean over {report['curve']['splits']} seeded splits "
+            "[95% interval]",
+            title_justify="left",
+        )
+        for header in CURVE_HEADERS:
+            curve.add_column(header, justify="left" if header == "chosen" else "right")
+        for point in curve_cells(report["curve"]):
+            curve.add_row(*point)
+        console.print(curve)
     console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
+
+
+def print_transfer(report: dict[str, Any]) -> None:
+    source = report["fitted_on"]
+    table = Table(
+        title=(
+            f"calibration {report['calibration_id']} (fitted on '{source['label_set']}' / {source['criterion']}) "
+            f"applied unrefitted to '{report['label_set']}' / {report['criterion']} ({report['items']} items, "
+            f"template {report['template']})"
+        ),
+        title_justify="left",
+    )
+    names = ("spearman", "spearman_like_for_like", "kendall", "pearson")
+    table.add_column("zero-shot")
+    table.add_column("n", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    for key in ("panel_transferred", "panel_mean", "human_ceiling"):
+        row = report[key]
+        count = str(row.get("n", row.get("annotators", "")))
+        table.add_row(key, count, *(_metric_cell(row.get(name)) for name in names))
+    console.print(table)
+    console.print(
+        f"On its own labels it held out {_metric_cell(source['heldout_spearman'])} (Spearman). panel_mean: the "
+        "judges' summary scores standardised on these items (no label used). 95% intervals: bootstrap over items."
+    )
 
 
 def _metric_cell(metric: dict[str, Any] | None) -> str:

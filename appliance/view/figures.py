@@ -119,6 +119,8 @@ def calibration_figures(calibration: dict[str, Any]) -> list[Figure]:
         for key in ("panel_mean", "panel_calibrated", "length_baseline", "human_ceiling")
         if key in metrics
     ]
+    if best := metrics.get("fit_best_feature"):
+        rows.append((f"fit-best feature ({best['judge']}: {best['feature']})", best))
     estimates = [
         Estimate(
             label,
@@ -143,7 +145,39 @@ def calibration_figures(calibration: dict[str, Any]) -> list[Figure]:
             ),
         )
         figures.append(_as_json(figure))
+    if "curve" in metrics:
+        figures.append(curve_figure(calibration["calibration_id"], metrics["curve"]))
     return figures
+
+
+#: the learning curve's rows, as the page names them
+CURVE_LINES = {
+    "panel_calibrated": "panel calibrated",
+    "fit_best_feature": "fit-best feature",
+    "panel_mean": "panel mean",
+    "ridge": "ridge alone",
+}
+
+
+def curve_figure(calibration_id: str, curve: dict[str, Any]) -> Figure:
+    """Held-out Spearman against the number of fitted items, one line per row, with the intervals of
+    the means over the seeded splits."""
+    points = sorted(curve["points"], key=lambda point: point["fit_items"])
+    traces = []
+    for row, name in CURVE_LINES.items():
+        summaries = [point["rows"][row] for point in points]
+        estimates = [Estimate(name, s["mean"], _interval(s["ci"]), s["splits"]) for s in summaries]
+        traces.append(
+            go.Scatter(
+                name=name,
+                x=[point["fit_items"] for point in points],
+                y=[s["mean"] for s in summaries],
+                mode="lines+markers",
+                error_y=_errors(estimates),
+            )
+        )
+    title = f"{calibration_id}: held-out Spearman by fitted items ({curve['splits']} seeded splits)"
+    return _as_json(go.Figure(traces, layout=_layout(title, "spearman", xaxis={"title": {"text": "fitted items"}})))
 
 
 def _interval(ci: Any) -> tuple[float, float] | None:

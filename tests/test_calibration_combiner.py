@@ -1,0 +1,161 @@
+"""Combining a probability-reading panel's features with few labels: the exact monotone ridge, the
+vectorised ranks, feature averages, the choice among candidates and the learning curve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from appliance.calibration.combiner import (
+    ByJudge,
+    FeatureAverage,
+    fit_average,
+    fit_feature_calibration,
+    ranked_terms,
+)
+from appliance.calibration.curve import curve_cells, learning_curve
+from appliance.calibration.features import fit_ridge_panel, nonnegative_quadratic_minimum
+from appliance.calibration.metrics import rank, rank_columns, spearman, spearman_columns
+from appliance.calibration.tables import ItemTable, split_items
+from appliance.view.figures import calibration_figures
+
+JUDGES = ("gemma3-270m", "smollm2-135m")
+FOLLOW_UPS = [f"positive_{i}" for i in range(1, 17)] + [f"negative_{i}" for i in range(1, 17)]
+
+
+def judged_items(size: int, seed: int, *, signal: float = 0.8) -> tuple[ByJudge, np.ndarray]:
+    """Features the way the issue found them: one judge's PMI tracks the humans; 38 features per judge move
+    together with a nuisance (say, length) and carry only a trace of the quality."""
+    rng = np.random.default_rng(seed)
+    quality = rng.normal(size=size)
+    human = np.clip(np.round(3.0 + 0.9 * quality + rng.normal(scale=0.6, size=size)), 1.0, 5.0)
+    by_judge: ByJudge = {}
+    for judge in JUDGES:
+        nuisance = rng.normal(size=size)
+        by_judge[judge] = {}
+        for name in ["followup", "logprob", "pmi", "prior", "tokens", *FOLLOW_UPS]:
+            weight = signal if (judge, name) == ("gemma3-270m", "pmi") else 0.1
+            by_judge[judge][name] = weight * quality + 0.8 * nuisance + rng.normal(size=size)
+    return by_judge, human
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=1, max_value=12), st.integers(min_value=0, max_value=2**32 - 1))
+def test_the_exact_monotone_ridge_meets_its_optimality_conditions(size: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    matrix = rng.normal(size=(size + 3, size))
+    hessian = matrix.T @ matrix + rng.uniform(0.01, 10.0) * np.eye(size)
+    linear = rng.normal(size=size) * rng.choice([0.01, 1.0, 100.0])
+    weights = nonnegative_quadratic_minimum(hessian, linear)
+    gradient = hessian @ weights - linear
+    tolerance = 1e-8 * (1.0 + np.abs(linear).max())
+    assert (weights >= 0).all()
+    assert (gradient >= -tolerance).all()  # no direction that may still move lowers the quadratic
+    assert np.abs(gradient[weights > 0]).max(initial=0.0) <= tolerance  # free weights sit at the minimum
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    arrays(
+        np.float64, st.tuples(st.integers(1, 15), st.integers(1, 4)), elements=st.sampled_from([-1.0, 0.0, 2.5, 7.0])
+    )
+)
+def test_ranks_of_all_columns_at_once_equal_one_column_at_a_time(matrix: np.ndarray) -> None:
+    ranks = rank_columns(matrix)
+    for column in range(matrix.shape[1]):
+        assert ranks[:, column].tolist() == rank(matrix[:, column]).tolist()
+    target = np.arange(matrix.shape[0], dtype=float) % 3
+    expected = [spearman(matrix[:, k], target) for k in range(matrix.shape[1])]
+    assert spearman_columns(matrix, target) == pytest.approx(
+        [np.nan if value is None else value for value in expected], nan_ok=True, abs=1e-12
+    )
+
+
+def test_a_feature_average_orients_standardises_and_averages_what_a_row_has() -> None:
+    human = np.asarray([1.0, 2.0, 3.0, 4.0, 5.0])
+    by_judge: ByJudge = {"a": {"up": np.asarray([10.0, 20.0, 30.0, 40.0, 50.0])}, "b": {"down": -human}}
+    model = fit_average(by_judge, human, [("a", "up"), ("b", "down")], (1.0, 5.0), "top 2")
+    assert model.signs == (1.0, -1.0) and model.center == (30.0, -3.0)
+    assert model.predict(by_judge).tolist() == pytest.approx(human.tolist())  # both terms are the human, rescaled
+    # A row without judge b's feature averages judge a's alone; one without either is NaN.
+    partial = {"a": {"up": np.asarray([50.0, np.nan])}, "b": {"down": np.asarray([np.nan, np.nan])}}
+    assert model.predict(partial)[0] == pytest.approx(5.0) and np.isnan(model.predict(partial)[1])
+    again = FeatureAverage.from_json(model.to_json())
+    assert again == model and again.features_by_judge() == {"a": ("up",), "b": ("down",)}
+
+
+def test_features_are_ranked_by_their_strength_in_either_direction() -> None:
+    human = np.arange(8, dtype=float)
+    by_judge: ByJudge = {"j": {"falls": -human, "noise": np.asarray([3.0, 1, 4, 1, 5, 9, 2, 6]), "rises": human}}
+    ranked = ranked_terms(by_judge, human)
+    assert [term for term, _ in ranked] == [("j", "falls"), ("j", "rises"), ("j", "noise")]
+    assert [value for _, value in ranked[:2]] == [-1.0, 1.0]
+
+
+def test_with_few_labels_the_chosen_combination_keeps_the_feature_that_tells() -> None:
+    """The failure the issue measured: with 100 labels the ridge panel over 39 features per judge lost most
+    of one judge's PMI. The combination chosen inside the fitting part must not fall below the best single
+    feature it could have picked, and must beat the ridge panel, held out, over several seeded tables."""
+    chosen: list[float] = []
+    best: list[float] = []
+    ridge: list[float] = []
+    for seed in range(4):
+        features, human = judged_items(100, seed)
+        held_features, held_human = judged_items(1000, 100 + seed)
+        combination = fit_feature_calibration(features, human, (1.0, 5.0), summary="followup", seed=seed)
+        assert set(combination.cross_validated) >= {"panel mean", "pmi", "top 1", "top 74", "ridge"}
+        term = ranked_terms(features, human)[0][0]
+        single = fit_average(features, human, [term], (1.0, 5.0), "top 1")
+        panel = fit_ridge_panel(features, human, (1.0, 5.0), seed=seed)
+        chosen.append(_spearman(combination.model.predict(held_features), held_human))
+        best.append(_spearman(single.predict(held_features), held_human))
+        ridge.append(_spearman(panel.predict(held_features), held_human))
+    assert np.mean(chosen) >= np.mean(best) - 0.01
+    assert np.mean(chosen) > np.mean(ridge) + 0.05
+
+
+def _spearman(predicted: np.ndarray, human: np.ndarray) -> float:
+    value = spearman(predicted, human)
+    assert value is not None
+    return value
+
+
+def _table(by_judge: ByJudge, human: np.ndarray) -> ItemTable:
+    ids = tuple(f"item-{i:03d}" for i in range(len(human)))
+    return ItemTable(
+        item_ids=ids,
+        judges={judge: columns["followup"] for judge, columns in by_judge.items()},
+        human=human,
+        annotators={"a": human, "b": human},
+        length=np.ones(len(human)),
+        features=by_judge,
+    )
+
+
+def test_the_learning_curve_refits_each_size_on_its_own_split() -> None:
+    features, human = judged_items(60, 7)
+    table = _table(features, human)
+    curve = learning_curve(table, summary="followup", seed=2, heldout_fraction=0.5, sizes=(10, 20), splits=2)
+    assert [(p["label"], p["fit_items"]) for p in curve["points"]] == [("10", 10), ("20", 20), ("all", 30)]
+    assert all(sum(p["chosen"].values()) == 2 for p in curve["points"])
+    # The 'all' point of each split is the calibration fitted on that split's whole fitting part.
+    direct: list[float] = []
+    for split in range(2):
+        fit_ids, held_ids = split_items(list(table.item_ids), 2 + split, 0.5)
+        fit, held = table.subset(fit_ids), table.subset(held_ids)
+        combination = fit_feature_calibration(
+            fit.features, fit.human, fit.annotator_range(), summary="followup", seed=2 + split
+        )
+        direct.append(_spearman(combination.model.predict(held.features), held.human))
+    assert curve["points"][-1]["rows"]["panel_calibrated"]["mean"] == pytest.approx(np.mean(direct), abs=1e-12)
+    cells = curve_cells(curve)
+    assert [row[0] for row in cells] == ["10", "20", "30 (all)"] and all(len(row) == 6 for row in cells)
+    # The page draws it: one line per row, at the fitted sizes.
+    calibration = {"calibration_id": "cal-x", "label_set": "s", "criterion": "c", "model": {}}
+    figures = calibration_figures(calibration | {"metrics": {"curve": curve}})
+    lines = figures[-1]["data"]
+    assert [line["name"] for line in lines] == ["panel calibrated", "fit-best feature", "panel mean", "ridge alone"]
+    assert all(line["x"] == [10, 20, 30] for line in lines)
