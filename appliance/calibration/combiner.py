@@ -12,10 +12,11 @@ one feature that carried the signal. So the regression is only one candidate amo
 
 Each candidate is scored by repeated K-fold cross-validation inside the fitting part (refitted,
 features chosen again, without each fold; the Spearman of the pooled out-of-fold predictions). With
-a hundred labels those scores differ by noise as much as by merit, so the best single feature (`top
-1`) is the default and the best-scoring challenger replaces it only when its lead exceeds one
-bootstrap standard error of the paired difference over the items. The choice is refitted on the
-whole fitting part; everything here sees the fitting part only.
+a hundred labels those scores differ by noise as much as by merit, so the choice is two duels in
+which the incumbent is kept unless the challenger leads by more than one bootstrap standard error of
+the paired difference over the items: first the best-scoring average against the best single feature
+(`top 1`), then the winner against the ridge panel (the incumbent: on FED it holds out best). The
+choice is refitted on the whole fitting part; everything here sees the fitting part only.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ REPEATS = 3
 #: bootstrap resamples that tell a challenger's lead over the default from noise
 LEAD_RESAMPLES = 300
 PANEL_MEAN, PMI, RIDGE = "panel mean", "pmi", "ridge"
-#: what is kept unless a challenger clearly beats it: the feature the fitting part ranks first
+#: the average kept unless another clearly beats it: the feature the fitting part ranks first
 DEFAULT = "top 1"
 Term = tuple[str, str]
 ByJudge = dict[str, FeatureColumns]
@@ -237,23 +238,40 @@ def lead_standard_error(challenger: np.ndarray, default: np.ndarray, human: np.n
 
 
 @dataclass(frozen=True)
+class Duel:
+    """An incumbent kept unless its best-scoring challenger leads it by more than one standard error."""
+
+    incumbent: str
+    challenger: str | None
+    winner: str
+    lead: float | None
+    standard_error: float | None
+
+
+@dataclass(frozen=True)
 class Combination:
-    """The candidate chosen, refitted on the whole fitting part, what every candidate scored, and the
-    best challenger's lead over the default with the standard error it had to exceed."""
+    """The candidate chosen, refitted on the whole fitting part, what every candidate scored, and the duels
+    that chose it."""
 
     model: FeaturePanel
     chosen: str
     cross_validated: dict[str, float | None] = field(default_factory=dict)
-    lead: float | None = None
-    lead_standard_error: float | None = None
+    duels: tuple[Duel, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen,
-            "default": DEFAULT,
             "cross_validated_spearman": self.cross_validated,
-            "lead": self.lead,
-            "lead_standard_error": self.lead_standard_error,
+            "duels": [
+                {
+                    "incumbent": d.incumbent,
+                    "challenger": d.challenger,
+                    "winner": d.winner,
+                    "lead": d.lead,
+                    "standard_error": d.standard_error,
+                }
+                for d in self.duels
+            ],
         }
 
 
@@ -266,18 +284,26 @@ def fit_feature_calibration(
     seed: int,
     repeats: int = REPEATS,
 ) -> Combination:
-    """The default (the fit-best feature), unless the candidate with the best cross-validated Spearman leads
-    it by more than one standard error (ties among challengers: the simpler one)."""
+    """Two duels, each won by the challenger only with a lead over one standard error: among the averages,
+    the best-scoring one against the fit-best feature; then the winner against the ridge panel."""
     options = candidates(by_judge, human_scale, summary=summary, seed=seed)
     labelled = human[np.isfinite(human)]
     predicted = {
         name: out_of_fold(candidate, by_judge, human, seed=seed, repeats=repeats) for name, candidate in options.items()
     }
     scores = {name: cross_validated_spearman(values, labelled) for name, values in predicted.items()}
-    best = max(options, key=lambda name: -np.inf if (value := scores[name]) is None else value)
-    if best == DEFAULT or scores[DEFAULT] is None or scores[best] is None:
-        return Combination(options[best](by_judge, human), best, scores)
-    lead = scores[best] - scores[DEFAULT]  # type: ignore[operator]
-    error = lead_standard_error(predicted[best], predicted[DEFAULT], labelled, seed=seed)
-    chosen = best if lead > error else DEFAULT
-    return Combination(options[chosen](by_judge, human), chosen, scores, lead, error)
+
+    def duel(incumbent: str, challengers: list[str]) -> Duel:
+        present = [name for name in challengers if scores[name] is not None]
+        if not present:
+            return Duel(incumbent, None, incumbent, None, None)
+        challenger = max(present, key=lambda name: scores[name] or 0.0)  # the first of equals: the simpler
+        if scores[incumbent] is None:
+            return Duel(incumbent, challenger, challenger, None, None)
+        lead = (scores[challenger] or 0.0) - (scores[incumbent] or 0.0)
+        error = lead_standard_error(predicted[challenger], predicted[incumbent], labelled, seed=seed)
+        return Duel(incumbent, challenger, challenger if lead > error else incumbent, lead, error)
+
+    averages = duel(DEFAULT, [name for name in options if name not in (DEFAULT, RIDGE)])
+    final = duel(RIDGE, [averages.winner])
+    return Combination(options[final.winner](by_judge, human), final.winner, scores, (averages, final))
