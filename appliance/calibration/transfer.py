@@ -25,7 +25,7 @@ from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate
 from appliance.store import Store
-from appliance.store.labels import get_calibration
+from appliance.store.labels import find_calibration_record
 from appliance.store.records import CalibrationRecord
 
 TRANSFERABLE = ("rating", "features", "feature_average")
@@ -33,8 +33,8 @@ TRANSFERABLE = ("rating", "features", "feature_average")
 
 def find_calibration(store: Store, judges_folder: Path, calibration_id: str) -> CalibrationRecord:
     """The calibration with this id in the store, else among the shipped ones."""
-    if store.query("SELECT count(*) FROM calibrations WHERE calibration_id = ?", [calibration_id])[0][0]:
-        return get_calibration(store, calibration_id)
+    if (stored := find_calibration_record(store, calibration_id)) is not None:
+        return stored
     for path in sorted((judges_folder / SHIPPED_FOLDER).glob("*/*.json")):
         record = CalibrationRecord.model_validate_json(path.read_text())
         if record.calibration_id == calibration_id:

@@ -298,8 +298,13 @@ def calibration_rows(store: Store) -> list[tuple[Any, ...]]:
     )
 
 
-def get_calibration(store: Store, calibration_id: str) -> CalibrationRecord:
+def find_calibration_record(store: Store, calibration_id: str) -> CalibrationRecord | None:
     rows = store.query(f"SELECT {_CALIBRATION_COLUMNS} FROM calibrations WHERE calibration_id = ?", [calibration_id])
-    if not rows:
+    return _calibration(rows[0]) if rows else None
+
+
+def get_calibration(store: Store, calibration_id: str) -> CalibrationRecord:
+    record = find_calibration_record(store, calibration_id)
+    if record is None:
         raise ApplianceError(f"{store.path}: no calibration '{calibration_id}'")
-    return _calibration(rows[0])
+    return record
