@@ -24,7 +24,6 @@ every role, against the sequential stateless baseline on the same backend.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -42,7 +41,7 @@ from appliance.bench.e2e import (
     with_side_arm,
     workload_config,
 )
-from appliance.bench.machine import describe_machine
+from appliance.bench.machine import describe_machine, nvidia_smi
 from appliance.bench.outputs import write_bench_files
 from appliance.bench.plain_driver import with_plain_arm
 from appliance.bench.prompts import bench_prompts
@@ -355,6 +354,7 @@ def _llama_peers(
             flash_attention=fast or twin.flash_attention,
             exact_kv=twin.exact_kv and not fast,
             kv_unified=fast,
+            gpu_layers=twin.gpu_layers,
         )
         try:
             prompts = bench_prompts(sequences, plan.seed)
@@ -484,22 +484,9 @@ def describe_device(backend: Backend) -> dict[str, Any]:
         info["name"] = torch.cuda.get_device_name(index)
         info["cuda"] = torch.version.cuda
         info["memory_gb"] = round(torch.cuda.get_device_properties(index).total_memory / 2**30, 1)
-        info["driver"] = _nvidia_driver()
+        driver = nvidia_smi("driver_version")
+        info["driver"] = driver[0] if driver else None
     return info
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
 
 
 def _weight_bytes(backend: Backend) -> int | None:

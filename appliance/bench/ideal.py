@@ -41,7 +41,7 @@ def ideal_time(catalog: Catalog, e2e: EndToEndResult, raw: RawConfig, *, seed: i
     decode_rates: dict[str, float] = {}
     for name, sample in e2e.prompt_sample.items():
         spec = catalog.get(name)
-        model = LlamaModel(catalog.resolve_path(spec), name)
+        model = LlamaModel(catalog.resolve_path(spec), name, spec.gpu_layers)
         try:
             sequences = [(tokens, len(tokens) - 1) for tokens in sample]
             prefill_rates[name] = sum(len(t) for t in sample) / raw_prefill(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,5 +30,30 @@ def describe_machine() -> dict[str, Any]:
         "memory_gb": memory_gb,
         "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "gpu": None,
+        "gpu": describe_gpu(),
     }
+
+
+def describe_gpu() -> dict[str, Any] | None:
+    """The first NVIDIA GPU as nvidia-smi reports it (None where there is none)."""
+    fields = nvidia_smi("name,driver_version,memory.total")
+    if fields is None or len(fields) != 3:
+        return None
+    name, driver, memory = fields
+    return {"name": name, "driver": driver, "memory_mb": memory.split()[0]}
+
+
+def nvidia_smi(query: str) -> list[str] | None:
+    """The first GPU's values of an nvidia-smi `--query-gpu` list; None without the tool or a GPU."""
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = result.stdout.strip().splitlines()
+    return [value.strip() for value in lines[0].split(",")] if result.returncode == 0 and lines else None

@@ -138,11 +138,7 @@ def run_bench(
     grammar = _grammar(catalog, plan, say)
     ratios = {str(point.sequences): round(point.ratio, 4) for point in points}
     fast = {str(p.sequences): round(p.ratio_fast, 4) for p in points if p.ratio_fast is not None}
-    exact_cost = {
-        str(p.sequences): round(p.engine_tokens_per_s / p.engine_fast_tokens_per_s, 4)
-        for p in points
-        if p.engine_fast_tokens_per_s
-    }
+    exact_cost = _exact_costs(points)
     hashes = {name: sha256_of(catalog.resolve_path(catalog.get(name))) for name in {plan.model, *panel.judges}}
     return BenchReport(
         bench_id=started_at.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else ""),
@@ -171,11 +167,82 @@ def run_bench(
     )
 
 
+class DecodeBenchReport(BaseModel):
+    """`appliance bench --decode-only`: the decode workload alone, for any llama_cpp entry (one offloaded
+    to a GPU, or a synthetic-weight GGUF, where the end-to-end workload's panel is not at hand)."""
+
+    bench_id: str
+    started_at: datetime
+    quick: bool
+    plan: BenchPlan
+    machine: dict[str, Any]
+    versions: dict[str, str]
+    model_hash: str
+    model_bytes: int
+    gpu_layers: int | None
+    decode: list[DecodePoint]
+    raw_config: RawConfig
+    raw_configs: dict[str, float]
+    exact_vs_fast: dict[str, float]
+    wall_s: float
+
+
+def run_decode_bench(catalog: Catalog, model: str, *, quick: bool, say: Callable[[str], None]) -> DecodeBenchReport:
+    """The ceiling search and the decode points of `model` (its `gpu_layers` honoured)."""
+    plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update={"model": model})
+    spec = catalog.get(model)
+    path = catalog.resolve_path(spec)
+    started = time.perf_counter()
+    started_at = datetime.now(UTC).replace(tzinfo=None)
+    raw_config, raw_configs = _ceiling(catalog, plan, say)
+    points = _decode_points(catalog, plan, raw_config, say)
+    return DecodeBenchReport(
+        bench_id=started_at.strftime("%Y%m%d-%H%M%S") + "-decode",
+        started_at=started_at,
+        quick=quick,
+        plan=plan,
+        machine=describe_machine(),
+        versions=package_versions(),
+        model_hash=sha256_of(path),
+        model_bytes=path.stat().st_size,
+        gpu_layers=spec.gpu_layers,
+        decode=points,
+        raw_config=raw_config,
+        raw_configs=raw_configs,
+        exact_vs_fast=_exact_costs(points),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _exact_costs(points: list[DecodePoint]) -> dict[str, float]:
+    """Exact mode's rate over fast mode's, per sequence count."""
+    return {
+        str(p.sequences): round(p.engine_tokens_per_s / p.engine_fast_tokens_per_s, 4)
+        for p in points
+        if p.engine_fast_tokens_per_s
+    }
+
+
+def write_decode_outputs(report: DecodeBenchReport, folder: Path) -> tuple[Path, Path]:
+    gpu = report.machine.get("gpu")
+    lines = [
+        f"# appliance bench {report.bench_id}",
+        "",
+        f"Machine: {report.machine['cpu']}, {report.machine['cores']} cores, {report.machine['memory_gb']} GB; "
+        f"GPU: {gpu['name'] + ', driver ' + gpu['driver'] if gpu else 'none'}; llama-cpp-python "
+        f"{report.versions.get('llama-cpp-python')}; model {report.plan.model} ({report.model_bytes / 2**20:.1f} MiB, "
+        f"sha256 {report.model_hash[:16]}...), gpu_layers {report.gpu_layers}. Total {report.wall_s:.0f} s.",
+        "",
+        *_decode_lines(report.raw_config, report.raw_configs, report.decode, report.exact_vs_fast),
+    ]
+    return write_bench_files(folder, f"bench-{report.bench_id}", report, "\n".join(lines))
+
+
 def _ceiling(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> tuple[RawConfig, dict[str, float]]:
     """The bare loop's fastest settings, measured once at the largest sequence count of the plan."""
     spec = catalog.get(plan.model)
     sequences = max(plan.sequences)
-    model = LlamaModel(catalog.resolve_path(spec), spec.name)
+    model = LlamaModel(catalog.resolve_path(spec), spec.name, spec.gpu_layers)
     try:
         tokens = [model.tokenize(prompt, parse_special=True) for prompt in bench_prompts(sequences, plan.seed)]
         best, rates = fastest_raw_config(
@@ -201,6 +268,7 @@ def _engine(model_path: Path, spec: ModelSpec, sequences: int, *, ceiling: RawCo
         flash_attention=ceiling.flash_attention and mode != "default",
         exact_kv=mode != "fast",
         kv_unified=mode == "fast" and ceiling.kv_unified,
+        gpu_layers=spec.gpu_layers,
     )
 
 
@@ -240,7 +308,12 @@ def _scoring(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> S
     assert isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
     say(f"scoring: {plan.scoring_items} items judged by likelihood ({template.name}), engine vs raw prefill loop")
     backend = LlamaCppBackend(
-        catalog.resolve_path(spec), name=spec.name, context_length=1024, slots=32, threads=spec.threads
+        catalog.resolve_path(spec),
+        name=spec.name,
+        context_length=1024,
+        slots=32,
+        threads=spec.threads,
+        gpu_layers=spec.gpu_layers,
     )
     try:
         result = scoring_bench(backend, template, plan.scoring_items, plan.seed)
@@ -354,26 +427,7 @@ def render_markdown(report: BenchReport) -> str:
         f"llama-cpp-python {report.versions.get('llama-cpp-python')}; model {report.plan.model} "
         f"(sha256 {report.model_hashes.get(report.plan.model, '?')[:16]}...). Total {report.wall_s:.0f} s.",
         "",
-        "## Decode throughput (greedy, EOS ignored, prefill included)",
-        "",
-        f"Ceiling: the raw loop with its fastest settings ({report.raw_config}); every setting measured at the "
-        f"largest count (tok/s): {', '.join(f'{k} {v:.1f}' for k, v in report.raw_configs.items())}.",
-        "Exact mode: every prompt cut by a plan of its own (chunk ends at multiples of 64 and where a scoring "
-        "request's scored part starts), prefill-computed KV reused only where the plans agree, one KV stream per "
-        "sequence (batch-invariant), with the ceiling's attention kernel. Fast mode: any KV reused, free chunking, "
-        "the ceiling's kernel and KV layout. Default: exact mode with flash attention off, as models.toml ships.",
-        "",
-        "| sequences | exact tok/s | fast tok/s | default tok/s | raw loop tok/s | exact / raw | fast / raw "
-        "| default / raw | exact / fast |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *[
-            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | {p.engine_fast_tokens_per_s or 0:.1f} | "
-            f"{p.engine_default_tokens_per_s or 0:.1f} | {p.raw_tokens_per_s:.1f} | {p.ratio:.2f} | "
-            f"{p.ratio_fast or 0:.2f} | {p.ratio_default or 0:.2f} | "
-            f"{report.exact_vs_fast.get(str(p.sequences), 0):.2f} |"
-            for p in report.decode
-        ],
-        "",
+        *_decode_lines(report.raw_config, report.raw_configs, report.decode, report.exact_vs_fast),
         *markdown_lines(e2e),
         *_ideal_lines(report.ideal),
         *_scoring_lines(report.scoring),
@@ -395,6 +449,32 @@ def render_markdown(report: BenchReport) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _decode_lines(
+    raw_config: RawConfig | None, raw_configs: dict[str, float], points: list[DecodePoint], exact_cost: dict[str, float]
+) -> list[str]:
+    return [
+        "## Decode throughput (greedy, EOS ignored, prefill included)",
+        "",
+        f"Ceiling: the raw loop with its fastest settings ({raw_config}); every setting measured at the "
+        f"largest count (tok/s): {', '.join(f'{k} {v:.1f}' for k, v in raw_configs.items())}.",
+        "Exact mode: every prompt cut by a plan of its own (chunk ends at multiples of 64 and where a scoring "
+        "request's scored part starts), prefill-computed KV reused only where the plans agree, one KV stream per "
+        "sequence (batch-invariant), with the ceiling's attention kernel. Fast mode: any KV reused, free chunking, "
+        "the ceiling's kernel and KV layout. Default: exact mode with flash attention off, as models.toml ships.",
+        "",
+        "| sequences | exact tok/s | fast tok/s | default tok/s | raw loop tok/s | exact / raw | fast / raw "
+        "| default / raw | exact / fast |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | {p.engine_fast_tokens_per_s or 0:.1f} | "
+            f"{p.engine_default_tokens_per_s or 0:.1f} | {p.raw_tokens_per_s:.1f} | {p.ratio:.2f} | "
+            f"{p.ratio_fast or 0:.2f} | {p.ratio_default or 0:.2f} | {exact_cost.get(str(p.sequences), 0):.2f} |"
+            for p in points
+        ],
+        "",
+    ]
 
 
 def _ideal_lines(ideal: IdealTime | None) -> list[str]:

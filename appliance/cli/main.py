@@ -366,6 +366,13 @@ def bench(
     skip_stateless: Annotated[
         bool, typer.Option("--skip-stateless", help="leave out the end-to-end arm that reuses nothing (the slowest)")
     ] = False,
+    decode_only: Annotated[
+        bool,
+        typer.Option(
+            "--decode-only",
+            help="llama_cpp: the decode workload alone, for --model (a GPU-offloaded or synthetic GGUF entry)",
+        ),
+    ] = False,
     adapters: Annotated[
         str | None,
         typer.Option(help="a sweep of adapters: played in one run against one run per checkpoint (time, peak RSS)"),
@@ -393,6 +400,18 @@ def bench(
         _bench_other_backend(
             catalog, backend, model, chosen, quick=quick, stateless=not skip_stateless, out=out, as_json=as_json
         )
+        return
+    if decode_only:
+        from appliance.bench.suite import run_decode_bench, write_decode_outputs
+
+        decode_report = run_decode_bench(
+            catalog, model or "smollm2-135m", quick=quick, say=(lambda text: None) if as_json else console.print
+        )
+        paths = write_decode_outputs(decode_report, out)
+        if as_json:
+            print(decode_report.model_dump_json())
+        else:
+            console.print(f"wrote {paths[0]} and {paths[1]}")
         return
     from appliance.bench.suite import run_bench, write_outputs
 

@@ -39,8 +39,10 @@ class SyntheticShape(BaseModel):
         return self.layers * (attention + mlp + 2 * self.hidden_size) + self.hidden_size + embeddings
 
 
-#: named shapes: the published configurations of SmolLM2-135M, Llama 3.2 1B and Llama 3.1 8B
+#: named shapes: the published configurations of SmolLM2-135M, Llama 3.2 1B and Llama 3.1 8B, and a tiny one
+#: (a few MB with SmolLM2's vocabulary: a tokenizer donor that travels, or a quick test)
 PRESETS: dict[str, SyntheticShape] = {
+    "llama-tiny": SyntheticShape(layers=1, hidden_size=32, heads=1, intermediate_size=32, vocab_size=49_152),
     "llama-135m": SyntheticShape(
         layers=30, hidden_size=576, heads=9, kv_heads=3, intermediate_size=1536, vocab_size=49_152
     ),
