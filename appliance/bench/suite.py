@@ -84,13 +84,18 @@ class BenchPlan(BaseModel):
         )
 
 
-class BenchReport(BaseModel):
+class BenchRun(BaseModel):
+    """What every llama.cpp bench report opens with: when, on what, with which plan."""
+
     bench_id: str
     started_at: datetime
     quick: bool
     plan: BenchPlan
     machine: dict[str, Any]
     versions: dict[str, str]
+
+
+class BenchReport(BenchRun):
     model_hashes: dict[str, str]
     decode: list[DecodePoint]
     #: the bare loop's settings that measured fastest (the ceiling), and every setting's rate
@@ -167,16 +172,10 @@ def run_bench(
     )
 
 
-class DecodeBenchReport(BaseModel):
+class DecodeBenchReport(BenchRun):
     """`appliance bench --decode-only`: the decode workload alone, for any llama_cpp entry (one offloaded
     to a GPU, or a synthetic-weight GGUF, where the end-to-end workload's panel is not at hand)."""
 
-    bench_id: str
-    started_at: datetime
-    quick: bool
-    plan: BenchPlan
-    machine: dict[str, Any]
-    versions: dict[str, str]
     model_hash: str
     model_bytes: int
     gpu_layers: int | None

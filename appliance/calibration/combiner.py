@@ -4,19 +4,27 @@ A regression over a few dozen features per judge needs more labels than a user u
 150 items the per-judge ridge spread its weight over follow-ups that fitted noise and lost most of the
 one feature that carried the signal. So the regression is only one candidate among simpler ones:
 
-- `panel mean`: each judge's summary feature (the template's score), standardised and averaged;
-- `pmi`: each judge's PMI feature, averaged (a group declared before any label is seen);
-- `top k`: the k features, of any judge, whose rank correlation with the humans is largest on the
-  rows fitted, each in the direction those rows show, averaged (k = 1 is the best single feature);
+- `panel mean`: each judge's summary feature (the template's score), standardised and averaged: it
+  needs no label but for its direction and its line onto the human scale;
+- `top 1`: the feature, of any judge, whose rank correlation with the humans is largest on the rows
+  fitted, turned the way those rows show (the fit-best feature);
 - `ridge`: the per-judge monotone ridge and its panel weights (`features.fit_ridge_panel`).
 
 Each candidate is scored by repeated K-fold cross-validation inside the fitting part (refitted,
-features chosen again, without each fold; the Spearman of the pooled out-of-fold predictions). With
-a hundred labels those scores differ by noise as much as by merit, so the choice is two duels in
-which the incumbent is kept unless the challenger leads by more than one bootstrap standard error of
-the paired difference over the items: first the best-scoring average against the best single feature
-(`top 1`), then the winner against the ridge panel (the incumbent: on FED it holds out best). The
-choice is refitted on the whole fitting part; everything here sees the fitting part only.
+its feature chosen again, without each fold; the Spearman of the pooled out-of-fold predictions).
+Three candidates, each the best of its kind where the data favour it: the mean where every follow-up
+carries a little (FED), one feature where one carries it all (the issue's coherence set), the ridge
+where there are labels enough to weigh them. With fifty labels the scores move with noise as much as
+with merit, so the panel mean, which needs no labels, is kept unless the better-scoring fitted
+candidate leads it by more than half a bootstrap standard error of the paired difference (`MARGIN`).
+
+Weighed on FED's stored features and on synthetic tables, and dropped (docs/judging.md, "Combining
+features with few labels"): averages of the k best features and of the judges' PMIs, which noise
+chose at 50 labels and which then held out below the plain mean; the ridge as the incumbent, which
+kept a poor ridge where one feature carried the signal; the best score winning outright, which chose
+the fit-best feature by noise where the mean was better; and a full standard error, which kept the
+mean where one feature was needed. The choice is refitted on the whole fitting part; everything here
+sees the fitting part only.
 """
 
 from __future__ import annotations
@@ -30,15 +38,14 @@ import numpy as np
 from appliance.calibration.features import FOLDS, FeatureCalibration, FeatureColumns, fit_ridge_panel, fold_ids
 from appliance.calibration.metrics import spearman, spearman_columns
 
-#: the numbers of best-ranked features averaged by the `top k` candidates (and all of them)
-TOP_COUNTS = (1, 2, 3, 5, 8, 13, 21)
 #: cross-validation repeats (each a new fold assignment) that score a candidate
 REPEATS = 3
-#: bootstrap resamples that tell a challenger's lead over the default from noise
+#: a fitted candidate replaces the panel mean only if it leads it by more than this many bootstrap standard
+#: errors of the paired difference (0: the best score wins)
+MARGIN = 0.5
+#: bootstrap resamples of that standard error
 LEAD_RESAMPLES = 300
-PANEL_MEAN, PMI, RIDGE = "panel mean", "pmi", "ridge"
-#: the average kept unless another clearly beats it: the feature the fitting part ranks first
-DEFAULT = "top 1"
+PANEL_MEAN, FIT_BEST, RIDGE = "panel mean", "top 1", "ridge"
 Term = tuple[str, str]
 ByJudge = dict[str, FeatureColumns]
 
@@ -55,7 +62,7 @@ class FeatureAverage:
     slope: float
     intercept: float
     human_scale: tuple[float, float]
-    #: the candidate this came from, e.g. "top 3"
+    #: the candidate this came from, e.g. "top 1"
     label: str
 
     def score(self, by_judge: ByJudge) -> np.ndarray:
@@ -175,23 +182,13 @@ def candidates(
     by_judge: ByJudge, human_scale: tuple[float, float], *, summary: str | None, seed: int
 ) -> dict[str, Candidate]:
     """The combinations weighed, simplest first (see the module docstring); each refits from its rows."""
-    judges = sorted(by_judge)
     shared = set.intersection(*(set(columns) for columns in by_judge.values())) if by_judge else set()
     found: dict[str, Candidate] = {}
     if summary is not None and summary in shared:
-        summaries = [(judge, summary) for judge in judges]
+        summaries = [(judge, summary) for judge in sorted(by_judge)]
         found[PANEL_MEAN] = lambda x, y: fit_average(x, y, summaries, human_scale, PANEL_MEAN)
-    if PMI in shared:
-        pmis = [(judge, PMI) for judge in judges]
-        found[PMI] = lambda x, y: fit_average(x, y, pmis, human_scale, PMI)
-    total = sum(len(columns) for columns in by_judge.values())
-    for count in [k for k in TOP_COUNTS if k < total] + [total]:
-        label = f"top {count}"
-
-        def top(x: ByJudge, y: np.ndarray, count: int = count, label: str = label) -> FeaturePanel:
-            return fit_average(x, y, [term for term, _ in ranked_terms(x, y)[:count]], human_scale, label)
-
-        found[label] = top
+    if any(by_judge.values()):
+        found[FIT_BEST] = lambda x, y: fit_average(x, y, [ranked_terms(x, y)[0][0]], human_scale, FIT_BEST)
     found[RIDGE] = lambda x, y: fit_ridge_panel(x, y, human_scale, seed=seed)
     return found
 
@@ -238,40 +235,23 @@ def lead_standard_error(challenger: np.ndarray, default: np.ndarray, human: np.n
 
 
 @dataclass(frozen=True)
-class Duel:
-    """An incumbent kept unless its best-scoring challenger leads it by more than one standard error."""
-
-    incumbent: str
-    challenger: str | None
-    winner: str
-    lead: float | None
-    standard_error: float | None
-
-
-@dataclass(frozen=True)
 class Combination:
-    """The candidate chosen, refitted on the whole fitting part, what every candidate scored, and the duels
-    that chose it."""
+    """The candidate chosen, refitted on the whole fitting part, what every candidate scored, and the best
+    fitted candidate's lead over the panel mean with its standard error (None without a panel mean)."""
 
     model: FeaturePanel
     chosen: str
     cross_validated: dict[str, float | None] = field(default_factory=dict)
-    duels: tuple[Duel, ...] = ()
+    lead: float | None = None
+    standard_error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen,
             "cross_validated_spearman": self.cross_validated,
-            "duels": [
-                {
-                    "incumbent": d.incumbent,
-                    "challenger": d.challenger,
-                    "winner": d.winner,
-                    "lead": d.lead,
-                    "standard_error": d.standard_error,
-                }
-                for d in self.duels
-            ],
+            "lead_over_panel_mean": self.lead,
+            "standard_error": self.standard_error,
+            "margin": MARGIN,
         }
 
 
@@ -283,27 +263,22 @@ def fit_feature_calibration(
     summary: str | None,
     seed: int,
     repeats: int = REPEATS,
+    margin: float = MARGIN,
 ) -> Combination:
-    """Two duels, each won by the challenger only with a lead over one standard error: among the averages,
-    the best-scoring one against the fit-best feature; then the winner against the ridge panel."""
+    """The panel mean, unless the best-scoring fitted candidate (cross-validated inside the fitting part)
+    leads it by more than `margin` bootstrap standard errors; without a panel mean, the best score."""
     options = candidates(by_judge, human_scale, summary=summary, seed=seed)
     labelled = human[np.isfinite(human)]
     predicted = {
         name: out_of_fold(candidate, by_judge, human, seed=seed, repeats=repeats) for name, candidate in options.items()
     }
     scores = {name: cross_validated_spearman(values, labelled) for name, values in predicted.items()}
-
-    def duel(incumbent: str, challengers: list[str]) -> Duel:
-        present = [name for name in challengers if scores[name] is not None]
-        if not present:
-            return Duel(incumbent, None, incumbent, None, None)
-        challenger = max(present, key=lambda name: scores[name] or 0.0)  # the first of equals: the simpler
-        if scores[incumbent] is None:
-            return Duel(incumbent, challenger, challenger, None, None)
-        lead = (scores[challenger] or 0.0) - (scores[incumbent] or 0.0)
-        error = lead_standard_error(predicted[challenger], predicted[incumbent], labelled, seed=seed)
-        return Duel(incumbent, challenger, challenger if lead > error else incumbent, lead, error)
-
-    averages = duel(DEFAULT, [name for name in options if name not in (DEFAULT, RIDGE)])
-    final = duel(RIDGE, [averages.winner])
-    return Combination(options[final.winner](by_judge, human), final.winner, scores, (averages, final))
+    fitted = [name for name in options if name != PANEL_MEAN and scores[name] is not None]
+    best = max(fitted, key=lambda name: scores[name] or 0.0) if fitted else RIDGE
+    prior = scores.get(PANEL_MEAN)
+    if prior is None or not fitted:
+        return Combination(options[best](by_judge, human), best, scores)
+    lead = (scores[best] or 0.0) - prior
+    error = lead_standard_error(predicted[best], predicted[PANEL_MEAN], labelled, seed=seed)
+    chosen = best if lead > margin * error else PANEL_MEAN
+    return Combination(options[chosen](by_judge, human), chosen, scores, lead, error)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -389,11 +390,7 @@ def bench(
         from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
 
         adapter_bench = run_adapter_bench(catalog, adapters, scenario, limit)
-        paths = write_adapter_bench(adapter_bench, out)
-        if as_json:
-            print(adapter_bench.model_dump_json())
-        else:
-            console.print(f"wrote {paths[0]} and {paths[1]}")
+        _say_written(adapter_bench, write_adapter_bench(adapter_bench, out), as_json)
         return
     if backend != "llama_cpp":
         chosen = None if panel is None else load_panel(panel, catalog)
@@ -407,11 +404,7 @@ def bench(
         decode_report = run_decode_bench(
             catalog, model or "smollm2-135m", quick=quick, say=(lambda text: None) if as_json else console.print
         )
-        paths = write_decode_outputs(decode_report, out)
-        if as_json:
-            print(decode_report.model_dump_json())
-        else:
-            console.print(f"wrote {paths[0]} and {paths[1]}")
+        _say_written(decode_report, write_decode_outputs(decode_report, out), as_json)
         return
     from appliance.bench.suite import run_bench, write_outputs
 
@@ -444,6 +437,14 @@ def bench(
     console.print(f"wrote {json_path} and {markdown_path}")
 
 
+def _say_written(report: BaseModel, paths: tuple[Path, Path], as_json: bool) -> None:
+    """A bench's report as JSON on stdout, or where its two files went."""
+    if as_json:
+        print(report.model_dump_json())
+    else:
+        console.print(f"wrote {paths[0]} and {paths[1]}")
+
+
 def _bench_other_backend(
     catalog: Catalog,
     backend: str,
@@ -472,11 +473,7 @@ def _bench_other_backend(
         stateless=stateless,
         say=(lambda text: None) if as_json else console.print,
     )
-    json_path, markdown_path = write_backend_outputs(report, out)
-    if as_json:
-        print(report.model_dump_json())
-        return
-    console.print(f"wrote {json_path} and {markdown_path}")
+    _say_written(report, write_backend_outputs(report, out), as_json)
 
 
 @models_app.command("list")
