@@ -75,6 +75,9 @@ class ModelSpec(BaseModel):
         default=False, description="ggml's flash-attention kernel (faster decode; exact too in exact mode)"
     )
     kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
+    host_cache_mb: int = Field(
+        default=512, ge=0, description="llama_cpp: host memory for caches saved before their slot is reused (0: none)"
+    )
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")
     device: str | None = Field(default=None, description="transformers: cpu, cuda, cuda:N, mps or auto")

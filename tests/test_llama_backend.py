@@ -153,6 +153,82 @@ def test_moving_a_cache_aside_never_overwrites_the_cache_a_request_forks(
     assert reply.token_ids == fresh.token_ids
 
 
+@pytest.mark.parametrize("host_cache_mb", [64, 0])
+def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
+    smollm2_path: Path, fresh_backend: LlamaCppBackend, host_cache_mb: int
+) -> None:
+    """One slot, two conversations taking turns: each request overwrites the other's cache. With a
+    host cache the overwritten cache is saved and copied back when its conversation returns, and the
+    reply equals a fresh prefill's; without one the conversation is computed again."""
+    backend = LlamaCppBackend(smollm2_path, name="one", context_length=1024, slots=1, host_cache_mb=host_cache_mb)
+    systems = {
+        "museum": Message(role="system", content="You are a museum guide." + BACKGROUND),
+        "library": Message(role="system", content="You sort library books by colour." + BACKGROUND[::-1]),
+    }
+    histories = {key: [system, Message(role="user", content="Hello.")] for key, system in systems.items()}
+    first_prompt: dict[str, int] = {}
+    try:
+        for key, history in histories.items():
+            reply = _run(backend, [GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key=key)])
+            first_prompt[key] = reply[0].prompt_tokens
+            history += [Message(role="assistant", content=reply[0].text), Message(role="user", content="Go on.")]
+        request = GenerationRequest(messages=tuple(histories["museum"]), sampling=GREEDY, conversation_key="museum")
+        returned = _run(backend, [request])[0]
+        counters = backend.counters
+    finally:
+        backend.close()
+    fresh_backend.forget_caches()
+    fresh = _run(fresh_backend, [request])[0]
+    assert returned.token_ids == fresh.token_ids
+    if host_cache_mb:
+        assert counters.saved_caches >= 1
+        # exact mode reuses the first prompt's whole aligned chunks (the decoded reply is computed again)
+        aligned = first_prompt["museum"] // ALIGNED_CHUNK * ALIGNED_CHUNK
+        assert returned.cached_prompt_tokens == counters.restored_tokens == aligned >= ALIGNED_CHUNK
+        assert 0 < counters.host_cache_peak_bytes <= host_cache_mb * 2**20
+    else:
+        assert counters.saved_caches == counters.restored_tokens == 0
+        assert returned.cached_prompt_tokens < ALIGNED_CHUNK
+
+
+def test_a_copied_cache_is_in_place_before_the_next_decode(smollm2: LlamaCppBackend) -> None:
+    """llama.cpp's seq_cp across streams only queues the copy for the next llama_decode; the host
+    cache reads and writes states between decodes, so a copy must be complete when it returns: the
+    copy's state, saved at once and restored elsewhere, continues exactly like the source (with
+    seq_cp the saved state holds the destination's old KV, and the logits differ)."""
+    import ctypes
+
+    import llama_cpp as C
+    import numpy as np
+
+    from appliance.engine.llama_native import copy_sequence
+
+    smollm2.forget_caches()
+    _run(smollm2, [_ask("Name a fruit that is yellow." + BACKGROUND)])
+    source = next(slot for slot in smollm2.slots if slot.cached)
+    copy, elsewhere = [slot.seq_id for slot in smollm2.slots if slot is not source][:2]
+    continuation = smollm2.model.tokenize(" and the tea room opens at nine", parse_special=False, add_bos=False)
+
+    def next_logits(seq_id: int) -> np.ndarray:
+        smollm2.batch.clear()
+        for offset, token in enumerate(continuation):
+            smollm2.batch.add(token, len(source.cached) + offset, seq_id, offset == len(continuation) - 1)
+        assert C.llama_decode(smollm2.context, smollm2.batch.raw) == 0
+        return smollm2.model.logits_row(smollm2.context, len(continuation) - 1)
+
+    copy_sequence(smollm2.context, source.seq_id, copy, unified=False)
+    size = C.llama_state_seq_get_size(smollm2.context, copy)
+    state = (ctypes.c_uint8 * size)()
+    written = C.llama_state_seq_get_data(smollm2.context, state, size, copy)
+    assert C.llama_state_seq_set_data(smollm2.context, state, written, elsewhere) == written
+    try:
+        assert np.array_equal(next_logits(elsewhere), next_logits(source.seq_id))
+    finally:
+        for slot in smollm2.slots:
+            C.llama_memory_seq_rm(smollm2.memory, slot.seq_id, -1, -1)
+        smollm2.forget_caches()
+
+
 def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
     backend = LlamaCppBackend(smollm2_path, name="fast", context_length=1024, slots=2, exact_kv=False)
     try:

@@ -48,6 +48,10 @@ class ArmResult(BaseModel):
     peak_kv_cells: int
     #: prompt tokens found in a cache but computed again (exact mode's rule, or too short to fork)
     recomputed_cached_tokens: int = 0
+    #: prompt tokens served by caches copied back from host memory, caches saved there, and its peak size
+    restored_tokens: int = 0
+    saved_caches: int = 0
+    host_cache_peak_mb: float = 0.0
     #: seconds inside llama_decode on prefill chunks and on decode steps, and sampling; the rest of the
     #: wall time is the scheduler, the episodes, the store and Python
     prefill_s: float = 0.0
@@ -93,6 +97,8 @@ class EndToEndResult(BaseModel):
     #: prompt: what no cache can avoid computing) and generated tokens; the ideal time's inputs
     unique_prefill_tokens_by_model: dict[str, int] = {}
     decode_tokens_by_model: dict[str, int] = {}
+    #: the appliance's prefilled tokens / the distinct prompt tokens (1.0: each computed once)
+    prefill_ratio: float | None = None
     #: the text of every message the appliance arm stored (verdicts aside); not saved
     message_texts: list[str] = Field(default=[], exclude=True)
     #: per model, some of the workload's prompts (the raw prefill rate is measured on them); not saved
@@ -106,7 +112,7 @@ def sequential_backend(catalog: Catalog, spec: ModelSpec, *, reuse: bool) -> Bac
         from appliance.engine.transformers_backend import transformers_backend_for
 
         return transformers_backend_for(catalog, spec, slots=1, reuse_cache=reuse)
-    backend = open_backend(catalog, spec.model_copy(update={"slots": 1}), parallel=1)
+    backend = open_backend(catalog, spec.model_copy(update={"slots": 1, "host_cache_mb": 0}), parallel=1)
     if isinstance(backend, LlamaCppBackend):
         backend.reuse_cache = reuse
     return backend
@@ -186,6 +192,9 @@ def _arm(
         decode_tokens=summary.completion_tokens,
         peak_kv_cells=max((c.peak_kv_cells for c in counters), default=0),
         recomputed_cached_tokens=sum(c.recomputed_cached_tokens for c in counters),
+        restored_tokens=sum(c.restored_tokens for c in counters),
+        saved_caches=sum(c.saved_caches for c in counters),
+        host_cache_peak_mb=sum(c.host_cache_peak_bytes for c in counters) / 2**20,
         prefill_s=sum(c.prefill_s for c in counters),
         decode_s=sum(c.decode_s for c in counters),
         sample_s=sum(c.sample_s for c in counters),
@@ -327,6 +336,7 @@ def end_to_end(
         differing_by_kind=dict(by_kind),
         unique_prefill_tokens_by_model=unique,
         decode_tokens_by_model=dict(decoded),
+        prefill_ratio=appliance.prefill_tokens / sum(unique.values()) if unique else None,
         message_texts=_message_texts(ours),
         prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
     )
@@ -358,6 +368,18 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         "Prefill, decode and sampling seconds are spent inside llama.cpp (llama.cpp backends only); other = the "
         "scheduler, the episodes, the store and Python.",
         "",
+        *(
+            [
+                f"The appliance prefilled {e2e.appliance.prefill_tokens} tokens for "
+                f"{sum(e2e.unique_prefill_tokens_by_model.values())} distinct prompt tokens: "
+                f"{e2e.prefill_ratio:.2f}x. Caches copied back from host memory served "
+                f"{e2e.appliance.restored_tokens} prompt tokens ({e2e.appliance.saved_caches} caches saved, "
+                f"peak {e2e.appliance.host_cache_peak_mb:.0f} MB).",
+                "",
+            ]
+            if e2e.prefill_ratio is not None
+            else []
+        ),
         f"Speedup {e2e.speedup:.2f}x against the single-slot baseline{cold}. At temperature 0, every request's "
         f"generated token ids (or log-probabilities) equal the baseline's: {e2e.tokens_identical} "
         f"({e2e.requests_differing} of {e2e.requests_compared} requests differ"

@@ -67,7 +67,12 @@ async def _conversation(index: int, scheduler: Scheduler, *, turns: int) -> None
 
 def measure(model: Path, conversations: int, turns: int, context_length: int, budget_mb: int) -> MemoryResult:
     backend = LlamaCppBackend(
-        model, name="memory", context_length=context_length, slots=conversations, kv_budget_mb=budget_mb
+        model,
+        name="memory",
+        context_length=context_length,
+        slots=conversations,
+        kv_budget_mb=budget_mb,
+        host_cache_mb=0,  # the KV under its budget alone, as measured before the host cache existed
     )
     started = time.perf_counter()
     try:

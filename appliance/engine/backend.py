@@ -33,6 +33,9 @@ class BackendCounters:
     #: prompt tokens found in a cache but computed again: decode-computed KV, or (exact mode) KV past
     #: the last whole aligned chunk, or a cache too short to be worth a fork
     recomputed_cached_tokens: int = 0
+    restored_tokens: int = 0  # prompt tokens served by a cache copied back from host memory
+    saved_caches: int = 0  # caches copied to host memory before their slot was overwritten
+    host_cache_peak_bytes: int = 0  # most bytes the host-memory cache held at once
     grammar_rejections: int = 0  # sampled tokens a grammar refused (then sampled again under it)
     prefill_s: float = 0.0  # seconds inside the model on prefill chunks (where the backend can tell)
     decode_s: float = 0.0  # seconds inside the model on decode steps

@@ -22,7 +22,8 @@ from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, reusable_boundary
-from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler, apply_adapter
+from appliance.engine.host_cache import HostCache, SavedSequence, common_prefix
+from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler, apply_adapter, copy_sequence
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
@@ -71,14 +72,6 @@ class _Slot:
     job: _Job | None = None
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    limit = min(len(a), len(b))
-    index = 0
-    while index < limit and a[index] == b[index]:
-        index += 1
-    return index
-
-
 class LlamaCppBackend:
     """Continuous batching over llama.cpp's low-level API."""
 
@@ -101,6 +94,7 @@ class LlamaCppBackend:
         gpu_layers: int | None = None,
         adapter: Path | None = None,
         adapter_scale: float = 1.0,
+        host_cache_mb: int = 512,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
@@ -137,6 +131,7 @@ class LlamaCppBackend:
         # Default: one KV stream per sequence, so attention only spans a sequence's own
         # cells and its layout is the same as when decoded alone (see docs/engine.md).
         params.kv_unified = kv_unified
+        self.kv_unified = kv_unified
         # ggml's CPU flash-attention kernel gives results that depend on how a prompt
         # is split into batches; without it a forked or resumed prefill is bit-exact.
         params.flash_attn_type = (
@@ -156,6 +151,8 @@ class LlamaCppBackend:
                 self.model.close()
                 raise
         self.memory = C.llama_get_memory(self.context)
+        #: caches saved to host memory before their slot is overwritten (see host_cache.py)
+        self.host_cache = HostCache(self.context, host_cache_mb * 2**20) if host_cache_mb and reuse_cache else None
         self.context_length = int(C.llama_n_ctx_seq(self.context))
         self.batch_tokens = batch_tokens
         self.batch = TokenBatch(batch_tokens)
@@ -410,7 +407,7 @@ class LlamaCppBackend:
                 deferred.append(job)
                 continue
             limit = self._reuse_limit(job)
-            cached = max(min(_common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
+            cached = max(min(common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
             reusable = {other.seq_id: self._reusable(other, job, limit) for other in self.slots}
             source = max(self.slots, key=lambda other: reusable[other.seq_id])
             # A move never lands on `source`, so what it can serve stays as measured here.
@@ -447,7 +444,7 @@ class LlamaCppBackend:
             running = slot.job
             if running is None or running.prefill_cursor >= len(running.prompt_tokens):
                 continue
-            shared = _common_prefix(running.prompt_tokens, job.prompt_tokens)
+            shared = common_prefix(running.prompt_tokens, job.prompt_tokens)
             if shared >= MIN_SHARED_PREFIX and running.prefill_cursor < shared:
                 return True
         return False
@@ -456,17 +453,29 @@ class LlamaCppBackend:
         """Prepare `slot` for `job`; returns how many prompt tokens are already in its cache.
 
         The slot keeps what it shares with the prompt. If `source` (the slot with the
-        longest reusable prefix) shares clearly more, its whole stream is copied over
-        (the copy runs inside the next `llama_decode`) and cut to the shared part.
+        longest reusable prefix) shares clearly more, its cache is copied over and cut
+        to the shared part; if a cache saved in host memory shares clearly more still, it
+        is copied back instead. What the slot held is saved first when nothing else holds it.
         """
-        keep = self._reusable(slot, job, self._reuse_limit(job))
-        if source is not slot and shared - keep >= MIN_SHARED_PREFIX:
-            C.llama_memory_seq_cp(self.memory, source.seq_id, slot.seq_id, -1, -1)
+        limit = self._reuse_limit(job)
+        keep = self._reusable(slot, job, limit)
+        forkable = shared if source is not slot else keep
+        saved, restorable = (
+            self.host_cache.best(job.prompt_tokens, job.plan, limit, exact=self.exact_kv)
+            if self.host_cache is not None
+            else (None, 0)
+        )
+        if saved is not None and restorable - max(keep, forkable) >= MIN_SHARED_PREFIX:
+            keep = self._restore(slot, saved, restorable)
+        elif source is not slot and shared - keep >= MIN_SHARED_PREFIX:
+            self._spill(slot, kept=0)
+            copy_sequence(self.context, source.seq_id, slot.seq_id, unified=self.kv_unified)
             slot.cached = list(source.cached)
             slot.batch_computed = source.batch_computed
             slot.chunk_ends = list(source.chunk_ends)
             keep = shared
             self.counters.forked_tokens += shared
+        self._spill(slot, kept=keep)
         if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
             # Sliding-window caches cannot always be cut in the middle: start over.
             C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
@@ -475,6 +484,46 @@ class LlamaCppBackend:
         slot.batch_computed = min(slot.batch_computed, keep)
         slot.chunk_ends = [end for end in slot.chunk_ends if end <= keep]
         return keep
+
+    def _restore(self, slot: _Slot, saved: SavedSequence, serves: int) -> int:
+        """Copy a saved cache into `slot` (its own cache saved first if nothing else holds it); returns
+        how many prompt tokens it serves (0 if llama.cpp refused the copy: the slot is then empty)."""
+        assert self.host_cache is not None
+        self._spill(slot, kept=0)
+        C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+        if not self.host_cache.restore(saved, slot.seq_id):
+            C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+            slot.cached, slot.batch_computed, slot.chunk_ends = [], 0, []
+            return 0
+        slot.cached = list(saved.tokens)
+        slot.batch_computed = saved.batch_computed
+        slot.chunk_ends = list(saved.chunk_ends)
+        self.counters.restored_tokens += serves
+        return serves
+
+    def _spill(self, slot: _Slot, *, kept: int) -> None:
+        """Save `slot`'s cache to host memory before it is cut to `kept` tokens or overwritten (kept=0),
+        when at least MIN_SHARED_PREFIX reusable tokens would be lost that no other slot or saved entry
+        holds (the judges' follow-ups of one transcript differ only in their last few tokens)."""
+        if self.host_cache is None:
+            return
+        reach = self._reach(slot)
+        if reach - kept < MIN_SHARED_PREFIX:
+            return
+        mine = slot.cached[:reach]
+        held = max(
+            [kept, self.host_cache.covered(mine, exact=self.exact_kv)]
+            + [min(common_prefix(other.cached, mine), self._reach(other)) for other in self.slots if other is not slot]
+        )
+        if reach - held >= MIN_SHARED_PREFIX and self.host_cache.save(
+            slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends
+        ):
+            self.counters.saved_caches += 1
+            self.counters.host_cache_peak_bytes = self.host_cache.peak_bytes
+
+    def _reach(self, slot: _Slot) -> int:
+        """How many leading tokens of the slot's cache a later prompt could reuse."""
+        return slot.batch_computed if self.exact_kv else len(slot.cached)
 
     def _reusable(self, slot: _Slot, job: _Job, limit: int) -> int:
         """Cached tokens of `slot` that `job` may keep.
@@ -488,7 +537,7 @@ class LlamaCppBackend:
         """
         if not self.reuse_cache:
             return 0
-        shared = min(_common_prefix(slot.cached, job.prompt_tokens), limit)
+        shared = min(common_prefix(slot.cached, job.prompt_tokens), limit)
         if not self.exact_kv:
             return shared
         return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
@@ -516,7 +565,8 @@ class LlamaCppBackend:
         return target
 
     def _move_cache(self, source: _Slot, destination: _Slot) -> None:
-        C.llama_memory_seq_cp(self.memory, source.seq_id, destination.seq_id, -1, -1)
+        self._spill(destination, kept=0)
+        copy_sequence(self.context, source.seq_id, destination.seq_id, unified=self.kv_unified)
         destination.cached = list(source.cached)
         destination.batch_computed = source.batch_computed
         destination.chunk_ends = list(source.chunk_ends)
@@ -587,6 +637,8 @@ class LlamaCppBackend:
                 slot.batch_computed = 0
                 slot.chunk_ends = []
                 slot.key = None
+        if self.host_cache is not None:
+            self.host_cache.clear()
 
     def close(self) -> None:
         for slot in self.slots:
@@ -628,6 +680,7 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         kv_unified=spec.kv_unified,
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
+        host_cache_mb=spec.host_cache_mb,
         gpu_layers=spec.gpu_layers,
         adapter=catalog.resolve_adapter(spec),
         adapter_scale=spec.adapter_scale,

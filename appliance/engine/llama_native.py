@@ -226,6 +226,25 @@ class LlamaModel:
         raise RuntimeError("chat template output kept growing")
 
 
+def copy_sequence(context: Any, source: int, destination: int, *, unified: bool) -> None:
+    """Make sequence `destination`'s KV a copy of `source`'s, effective at once.
+
+    In one KV stream (`unified`) llama.cpp's `seq_cp` only tags cells, at once. Across streams it
+    queues a copy of the whole stream buffer for the next `llama_decode`; a state read or write of
+    either sequence before then (the host cache does both between decodes) would see, or be
+    overwritten by, the other's old data. So the used cells are copied through host memory instead,
+    into the same cell positions a prefill from an empty stream takes.
+    """
+    if unified:
+        C.llama_memory_seq_cp(C.llama_get_memory(context), source, destination, -1, -1)
+        return
+    size = int(C.llama_state_seq_get_size(context, source))
+    data = (ctypes.c_uint8 * size)()
+    written = int(C.llama_state_seq_get_data(context, data, size, source))
+    if int(C.llama_state_seq_set_data(context, data, written, destination)) != written:
+        raise RuntimeError(f"llama.cpp could not copy sequence {source} to {destination}: {last_log_error()}")
+
+
 def apply_adapter(context: Any, adapter: Any, scale: float) -> None:
     """Put one LoRA on a context at `scale` (llama.cpp sets adapters per context, not per sequence)."""
     handles = (C.llama_adapter_lora_p_ctypes * 1)(adapter)

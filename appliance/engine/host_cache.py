@@ -1,0 +1,132 @@
+"""A second tier of KV cache in host memory: sequences saved before their slot is overwritten.
+
+A context has a fixed number of slots (KV streams). When more conversations and judge prefixes are
+alive than slots, the least recently used cache is overwritten, and its conversation's next turn or
+its transcript's next judge computes every token again. Before a slot's cache is overwritten, what
+no other slot or saved entry holds is copied out (`llama_state_seq_get_data`), and a request that
+shares more with a saved entry than with any slot gets it copied back into its slot. The copy holds
+the very numbers the prefill computed, so a restored prefix gives bit-identical results (tested),
+and a copy costs milliseconds where recomputing costs seconds. Entries leave least recently used
+first when the byte budget is full, and an entry whose reusable prefix another entry extends is
+dropped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp as C
+
+from appliance.engine.chunk_plan import reusable_boundary
+
+
+@dataclass
+class SavedSequence:
+    """One slot's cache as it was when saved: its tokens, how far they were prefill-computed (exact
+    mode reuses only that far) and where those prefill chunks ended, and the KV bytes."""
+
+    tokens: list[int]
+    batch_computed: int
+    chunk_ends: list[int]
+    data: Any  # a ctypes byte array of `size` bytes
+    size: int
+    last_used: int = 0
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share (compared in 64-token slices, then one by one)."""
+    limit = min(len(a), len(b))
+    index = 0
+    while index + 64 <= limit and a[index : index + 64] == b[index : index + 64]:
+        index += 64
+    while index < limit and a[index] == b[index]:
+        index += 1
+    return index
+
+
+class HostCache:
+    """Saved sequence caches of one llama.cpp context, within `budget_bytes`."""
+
+    def __init__(self, context: Any, budget_bytes: int) -> None:
+        self.context = context
+        self.budget_bytes = budget_bytes
+        self.entries: list[SavedSequence] = []
+        self.bytes = 0
+        self.peak_bytes = 0
+        self._clock = 0
+
+    def reusable(self, entry: SavedSequence, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> int:
+        """Leading tokens of a prompt that `entry` may serve (the same rule as a slot's cache)."""
+        shared = min(common_prefix(entry.tokens, tokens), limit)
+        if not exact:
+            return shared
+        return reusable_boundary(entry.chunk_ends, plan, min(shared, entry.batch_computed))
+
+    def best(self, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> tuple[SavedSequence | None, int]:
+        """The entry that serves the most leading tokens of a prompt, and how many."""
+        found, most = None, 0
+        for entry in self.entries:
+            served = self.reusable(entry, tokens, plan, limit, exact=exact)
+            if served > most:
+                found, most = entry, served
+        return found, most
+
+    def covered(self, tokens: list[int], *, exact: bool) -> int:
+        """How much of `tokens` some entry already holds in reusable form."""
+        most = 0
+        for entry in self.entries:
+            shared = common_prefix(entry.tokens, tokens)
+            most = max(most, min(shared, entry.batch_computed) if exact else shared)
+        return most
+
+    def save(self, seq_id: int, tokens: list[int], batch_computed: int, chunk_ends: list[int]) -> bool:
+        """Copy sequence `seq_id`'s KV out; False when it does not fit the budget at all."""
+        size = int(C.llama_state_seq_get_size(self.context, seq_id))
+        if size > self.budget_bytes:
+            return False
+        data = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self.context, data, size, seq_id))
+        if written == 0:
+            return False
+        entry = SavedSequence(list(tokens), batch_computed, list(chunk_ends), data, written)
+        self._drop(lambda old: self._extends(entry, old))
+        self.entries.append(entry)
+        self.bytes += written
+        self.touch(entry)
+        while self.bytes > self.budget_bytes:
+            self._drop_entries([min(self.entries, key=lambda old: old.last_used)])
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+        return True
+
+    def restore(self, entry: SavedSequence, seq_id: int) -> bool:
+        """Copy `entry` into sequence `seq_id`, which must be empty; False if llama.cpp refuses it."""
+        self.touch(entry)
+        return int(C.llama_state_seq_set_data(self.context, entry.data, entry.size, seq_id)) == entry.size
+
+    def touch(self, entry: SavedSequence) -> None:
+        self._clock += 1
+        entry.last_used = self._clock
+
+    @staticmethod
+    def _extends(new: SavedSequence, old: SavedSequence) -> bool:
+        """Whether `new` can serve everything `old` can: the same chunks, and as far or further."""
+        reach = old.batch_computed
+        return (
+            new.batch_computed >= reach
+            and common_prefix(new.tokens, old.tokens) >= len(old.tokens)
+            and new.chunk_ends[: len(old.chunk_ends)] == old.chunk_ends
+        )
+
+    def _drop(self, doomed: Callable[[SavedSequence], bool]) -> None:
+        self._drop_entries([entry for entry in self.entries if doomed(entry)])
+
+    def _drop_entries(self, entries: Iterable[SavedSequence]) -> None:
+        for entry in list(entries):
+            self.entries.remove(entry)
+            self.bytes -= entry.size
+
+    def clear(self) -> None:
+        self._drop_entries(list(self.entries))
