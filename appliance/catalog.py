@@ -32,6 +32,7 @@ AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_at
 #: GPU and placement options, and the backends each applies to (set for another backend, it is refused)
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
     "gpu_layers": ("llama_cpp",),
+    "host_cache_mb": ("llama_cpp",),
     "device": ("transformers",),
     "dtype": ("transformers", "vllm"),
     "attn_implementation": ("transformers",),
@@ -75,8 +76,10 @@ class ModelSpec(BaseModel):
         default=False, description="ggml's flash-attention kernel (faster decode; exact too in exact mode)"
     )
     kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
-    host_cache_mb: int = Field(
-        default=512, ge=0, description="llama_cpp: host memory for caches saved before their slot is reused (0: none)"
+    host_cache_mb: int | None = Field(
+        default=None,
+        ge=0,
+        description="llama_cpp: host memory (MB) for caches saved before their slot is reused (0: none; default 512)",
     )
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")

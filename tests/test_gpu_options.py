@@ -58,6 +58,8 @@ def test_each_backend_reads_its_own_gpu_options(tmp_path: Path) -> None:
         ('backend = "transformers"\npath = "hf"\ndtype = "float8"', ("field 'dtype'",)),
         ('backend = "vllm"\npath = "w"\ngpu_memory_utilization = 1.5', ("field 'gpu_memory_utilization'",)),
         ('backend = "llama_cpp"\npath = "m.gguf"\ngpu_layers = -2', ("field 'gpu_layers'",)),
+        ('backend = "vllm"\npath = "w"\nhost_cache_mb = 256', ("field 'host_cache_mb'", "llama_cpp")),
+        ('backend = "llama_cpp"\npath = "m.gguf"\nhost_cache_mb = -1', ("field 'host_cache_mb'",)),
     ],
 )
 def test_a_bad_gpu_option_is_one_line_naming_the_field(tmp_path: Path, body: str, fragments: tuple[str, ...]) -> None:

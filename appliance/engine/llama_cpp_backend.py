@@ -31,6 +31,8 @@ from appliance.errors import ApplianceError
 
 #: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
 MIN_SHARED_PREFIX = 64
+#: Host memory (MB) for saved caches when models.toml does not set `host_cache_mb`.
+DEFAULT_HOST_CACHE_MB = 512
 #: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
 #: large vocabulary (Gemma's 262k) makes each row a megabyte.
 MAX_SCORED_ROWS = 128
@@ -94,7 +96,7 @@ class LlamaCppBackend:
         gpu_layers: int | None = None,
         adapter: Path | None = None,
         adapter_scale: float = 1.0,
-        host_cache_mb: int = 512,
+        host_cache_mb: int = DEFAULT_HOST_CACHE_MB,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
@@ -680,7 +682,7 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         kv_unified=spec.kv_unified,
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
-        host_cache_mb=spec.host_cache_mb,
+        host_cache_mb=DEFAULT_HOST_CACHE_MB if spec.host_cache_mb is None else spec.host_cache_mb,
         gpu_layers=spec.gpu_layers,
         adapter=catalog.resolve_adapter(spec),
         adapter_scale=spec.adapter_scale,
