@@ -34,6 +34,15 @@ def chunk_plan(length: int, declared: Iterable[int] = ()) -> list[int]:
     return plan
 
 
+def reusable_prefix(shared: int, batch_computed: int, computed: list[int], plan: list[int], *, exact: bool) -> int:
+    """How many of the `shared` leading tokens of a cache a prompt planned as `plan` may reuse: all of
+    them in fast mode; in exact mode only prefill-computed ones (`batch_computed`), cut where both plans
+    cut (`reusable_boundary`)."""
+    if not exact:
+        return shared
+    return reusable_boundary(computed, plan, min(shared, batch_computed))
+
+
 def reusable_boundary(computed: list[int], plan: list[int], shared: int) -> int:
     """How far a cache whose chunks ended at `computed` (contiguous from position 0) may serve a prompt
     planned as `plan` that shares `shared` tokens with it: the furthest chunk end up to which both

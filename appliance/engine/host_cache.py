@@ -13,14 +13,14 @@ dropped.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as C
 
-from appliance.engine.chunk_plan import reusable_boundary
+from appliance.engine.chunk_plan import reusable_prefix
+from appliance.engine.llama_native import read_sequence_state
 
 
 @dataclass
@@ -61,9 +61,7 @@ class HostCache:
     def reusable(self, entry: SavedSequence, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> int:
         """Leading tokens of a prompt that `entry` may serve (the same rule as a slot's cache)."""
         shared = min(common_prefix(entry.tokens, tokens), limit)
-        if not exact:
-            return shared
-        return reusable_boundary(entry.chunk_ends, plan, min(shared, entry.batch_computed))
+        return reusable_prefix(shared, entry.batch_computed, entry.chunk_ends, plan, exact=exact)
 
     def best(self, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> tuple[SavedSequence | None, int]:
         """The entry that serves the most leading tokens of a prompt, and how many."""
@@ -84,11 +82,9 @@ class HostCache:
 
     def save(self, seq_id: int, tokens: list[int], batch_computed: int, chunk_ends: list[int]) -> bool:
         """Copy sequence `seq_id`'s KV out; False when it does not fit the budget at all."""
-        size = int(C.llama_state_seq_get_size(self.context, seq_id))
-        if size > self.budget_bytes:
+        if int(C.llama_state_seq_get_size(self.context, seq_id)) > self.budget_bytes:
             return False
-        data = (ctypes.c_uint8 * size)()
-        written = int(C.llama_state_seq_get_data(self.context, data, size, seq_id))
+        data, written = read_sequence_state(self.context, seq_id)
         if written == 0:
             return False
         entry = SavedSequence(list(tokens), batch_computed, list(chunk_ends), data, written)

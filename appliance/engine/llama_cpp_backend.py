@@ -21,7 +21,7 @@ import llama_cpp as C
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.chunk_plan import chunk_plan, reusable_boundary
+from appliance.engine.chunk_plan import chunk_plan, reusable_prefix
 from appliance.engine.host_cache import HostCache, SavedSequence, common_prefix
 from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler, apply_adapter, copy_sequence
 from appliance.engine.registry import register_backend
@@ -72,6 +72,10 @@ class _Slot:
     key: str | None = None
     last_used: float = 0.0
     job: _Job | None = None
+
+    def holds(self, tokens: list[int], batch_computed: int = 0, chunk_ends: list[int] | None = None) -> None:
+        """Record what the sequence's KV now holds (copies of the lists: another slot or entry keeps its own)."""
+        self.cached, self.batch_computed, self.chunk_ends = list(tokens), batch_computed, list(chunk_ends or [])
 
 
 class LlamaCppBackend:
@@ -290,9 +294,7 @@ class LlamaCppBackend:
         """The slot's KV does not end where its token record says: forget both and prefill the
         prompt again from position 0 (llama.cpp would refuse the chunk as an invalid batch)."""
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-        slot.cached = []
-        slot.batch_computed = 0
-        slot.chunk_ends = []
+        slot.holds([])
         job.prefill_cursor = 0
         job.cached_tokens = 0
         if job.scoring is not None:  # its rows are read again from the start
@@ -472,9 +474,7 @@ class LlamaCppBackend:
         elif source is not slot and shared - keep >= MIN_SHARED_PREFIX:
             self._spill(slot, kept=0)
             copy_sequence(self.context, source.seq_id, slot.seq_id, unified=self.kv_unified)
-            slot.cached = list(source.cached)
-            slot.batch_computed = source.batch_computed
-            slot.chunk_ends = list(source.chunk_ends)
+            slot.holds(source.cached, source.batch_computed, source.chunk_ends)
             keep = shared
             self.counters.forked_tokens += shared
         self._spill(slot, kept=keep)
@@ -495,11 +495,9 @@ class LlamaCppBackend:
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
         if not self.host_cache.restore(saved, slot.seq_id):
             C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-            slot.cached, slot.batch_computed, slot.chunk_ends = [], 0, []
+            slot.holds([])
             return 0
-        slot.cached = list(saved.tokens)
-        slot.batch_computed = saved.batch_computed
-        slot.chunk_ends = list(saved.chunk_ends)
+        slot.holds(saved.tokens, saved.batch_computed, saved.chunk_ends)
         self.counters.restored_tokens += serves
         return serves
 
@@ -540,9 +538,7 @@ class LlamaCppBackend:
         if not self.reuse_cache:
             return 0
         shared = min(common_prefix(slot.cached, job.prompt_tokens), limit)
-        if not self.exact_kv:
-            return shared
-        return reusable_boundary(slot.chunk_ends, job.plan, min(shared, slot.batch_computed))
+        return reusable_prefix(shared, slot.batch_computed, slot.chunk_ends, job.plan, exact=self.exact_kv)
 
     def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot, *, kept: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
@@ -569,9 +565,7 @@ class LlamaCppBackend:
     def _move_cache(self, source: _Slot, destination: _Slot) -> None:
         self._spill(destination, kept=0)
         copy_sequence(self.context, source.seq_id, destination.seq_id, unified=self.kv_unified)
-        destination.cached = list(source.cached)
-        destination.batch_computed = source.batch_computed
-        destination.chunk_ends = list(source.chunk_ends)
+        destination.holds(source.cached, source.batch_computed, source.chunk_ends)
         destination.key, destination.last_used = source.key, source.last_used
         source.key = None
         self.counters.moved_caches += 1
@@ -635,9 +629,7 @@ class LlamaCppBackend:
         for slot in self.slots:
             if slot.job is None:
                 C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-                slot.cached.clear()
-                slot.batch_computed = 0
-                slot.chunk_ends = []
+                slot.holds([])
                 slot.key = None
         if self.host_cache is not None:
             self.host_cache.clear()

@@ -226,6 +226,13 @@ class LlamaModel:
         raise RuntimeError("chat template output kept growing")
 
 
+def read_sequence_state(context: Any, seq_id: int) -> tuple[Any, int]:
+    """Sequence `seq_id`'s KV and cell records as llama.cpp serialises them: a byte array and its length."""
+    size = int(C.llama_state_seq_get_size(context, seq_id))
+    data = (ctypes.c_uint8 * size)()
+    return data, int(C.llama_state_seq_get_data(context, data, size, seq_id))
+
+
 def copy_sequence(context: Any, source: int, destination: int, *, unified: bool) -> None:
     """Make sequence `destination`'s KV a copy of `source`'s, effective at once.
 
@@ -238,9 +245,7 @@ def copy_sequence(context: Any, source: int, destination: int, *, unified: bool)
     if unified:
         C.llama_memory_seq_cp(C.llama_get_memory(context), source, destination, -1, -1)
         return
-    size = int(C.llama_state_seq_get_size(context, source))
-    data = (ctypes.c_uint8 * size)()
-    written = int(C.llama_state_seq_get_data(context, data, size, source))
+    data, written = read_sequence_state(context, source)
     if int(C.llama_state_seq_set_data(context, data, written, destination)) != written:
         raise RuntimeError(f"llama.cpp could not copy sequence {source} to {destination}: {last_log_error()}")
 
