@@ -23,6 +23,7 @@ _EXPORTS = {
     "ResolvedSampling": "appliance.engine.types",
     "Sampling": "appliance.engine.types",
     "ScoringRequest": "appliance.engine.types",
+    "ScoredText": "appliance.engine.types",
     "TokenScores": "appliance.engine.types",
     "ScriptedBackend": "appliance.engine.scripted",
     "Catalog": "appliance.catalog",
@@ -109,6 +110,7 @@ __all__ = [
     "SandboxLimits",
     "ScenarioFamily",
     "ScenarioSpec",
+    "ScoredText",
     "ScoringRequest",
     "ScriptedBackend",
     "StagedFamily",
@@ -152,6 +154,7 @@ if TYPE_CHECKING:
         Message,
         ResolvedSampling,
         Sampling,
+        ScoredText,
         ScoringRequest,
         TokenScores,
     )

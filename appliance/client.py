@@ -18,6 +18,7 @@ from appliance.engine.types import (
     Message,
     ResolvedSampling,
     Sampling,
+    ScoredText,
     ScoringRequest,
     TokenScores,
 )
@@ -119,18 +120,20 @@ class ModelClient:
         choices: tuple[str, ...] = (),
         model: str | None = None,
         conversation: str | None = None,
+        extends: ScoredText | None = None,
     ) -> TokenScores:
         """Log-probabilities from the model bound to `role` (or `model`): prefill only, nothing recorded.
 
         `prompt` is raw text (control tokens parsed), so a likelihood judge sees exactly its template;
         or messages, formatted by the model's chat format (the continuation is then the reply's start).
+        `extends`: another scoring request whose whole text `prompt` begins with (see ScoringRequest).
         A prompt that does not fit, or a choice that is not one token, fails the episode.
         """
         target = self.binding(role, model).model
         request = GenerationRequest(
             prompt=prompt if isinstance(prompt, str) else None,
             messages=() if isinstance(prompt, str) else tuple(prompt),
-            scoring=ScoringRequest(continuation=continuation, choices=choices),
+            scoring=ScoringRequest(continuation=continuation, choices=choices, extends=extends),
             conversation_key=f"{self.key}/{conversation or role}/{target}",
         )
         completion = await self.scheduler.generate(target, request)

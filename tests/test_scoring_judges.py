@@ -37,7 +37,14 @@ from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scoring import log_softmax
 from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling, ScoringRequest, TokenScores
+from appliance.engine.types import (
+    Completion,
+    GenerationRequest,
+    ResolvedSampling,
+    ScoredText,
+    ScoringRequest,
+    TokenScores,
+)
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.panels import Panel, load_panels
@@ -179,6 +186,37 @@ def test_a_choice_of_several_tokens_is_refused_with_the_model_named(smollm2: Lla
     )
     assert completion.finish_reason == "error" and completion.scores is None
     assert "smollm2-135m" in (completion.error or "") and "incomprehensibly" in (completion.error or "")
+
+
+def test_follow_ups_that_extend_a_scored_reply_reuse_its_whole_cache_and_score_as_alone(
+    smollm2: LlamaCppBackend,
+) -> None:
+    """A likelihood judge scores a reply, then follow-ups after it: declaring that they extend the reply's
+    request makes their chunks end where its chunks end, so the reply is computed once."""
+    reply = CONTINUATIONS[0]
+    conditional = GenerationRequest(prompt=CONTEXT, scoring=ScoringRequest(continuation=reply))
+
+    def followups(declared: bool) -> list[GenerationRequest]:
+        extends = ScoredText(prompt=CONTEXT, continuation=reply) if declared else None
+        return [
+            GenerationRequest(
+                prompt=CONTEXT + reply + "\nUser:", scoring=ScoringRequest(continuation=text, extends=extends)
+            )
+            for text in (" Thanks, that helps!", " You ignored my question.")
+        ]
+
+    smollm2.forget_caches()
+    scored, *after = run_all(smollm2, [conditional, *followups(True)])
+    assert after[0].cached_prompt_tokens == scored.prompt_tokens  # the reply is not computed again
+    smollm2.forget_caches()
+    _, *undeclared = run_all(smollm2, [conditional, *followups(False)])
+    # Undeclared, the follow-up's own plan cuts elsewhere after the last aligned chunk of the context.
+    first_read = len(smollm2.model.tokenize(CONTEXT, parse_special=True)) - 1
+    assert undeclared[0].cached_prompt_tokens == first_read // ALIGNED_CHUNK * ALIGNED_CHUNK < scored.prompt_tokens
+    # Either way every follow-up's numbers are those it gets alone, from a cold cache.
+    for request, completion in zip(followups(True), after, strict=True):
+        smollm2.forget_caches()
+        assert run_all(smollm2, [request])[0].scores == completion.scores
 
 
 def test_expected_score_weights_the_digits_and_reports_their_entropy() -> None:

@@ -186,8 +186,7 @@ class LlamaCppBackend:
         if request.scoring is not None:
             self._plan_scoring(job)
         if self.exact_kv:
-            declared = [job.scoring.first_read] if job.scoring is not None else []
-            job.plan = chunk_plan(len(job.prompt_tokens), declared)
+            job.plan = chunk_plan(len(job.prompt_tokens), self._declared_cuts(job))
         self.waiting.append(job)
         self.counters.requests += 1
         return ticket
@@ -222,6 +221,22 @@ class LlamaCppBackend:
             job.error = f"model '{self.name}': {error}"
             return
         job.prompt_tokens = job.scoring.tokens
+
+    def _declared_cuts(self, job: _Job) -> list[int]:
+        """Where a scoring request's prefill chunks end besides the aligned ones: where its scored part
+        starts, and where the request it extends is cut (its scored part's start and its end), when its
+        prompt does begin with that request's tokens."""
+        if job.scoring is None:
+            return []
+        cuts = [job.scoring.first_read]
+        assert job.request.scoring is not None
+        extended = job.request.scoring.extends
+        if extended is not None:
+            prompt = self.model.tokenize(extended.prompt, parse_special=True)
+            whole = prompt + self._continuation(extended.continuation)
+            if len(whole) <= cuts[0] and job.prompt_tokens[: len(whole)] == whole:
+                cuts += [len(prompt) - 1, len(whole)]
+        return cuts
 
     @property
     def busy(self) -> bool:

@@ -65,18 +65,32 @@ class ResolvedSampling(BaseModel):
         return cls(**values)
 
 
+class ScoredText(BaseModel):
+    """A raw-text prompt and the continuation scored after it (another request's whole text)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt: str
+    continuation: str = ""
+
+
 class ScoringRequest(BaseModel):
     """Prefill only, nothing generated: what the model's probabilities say about given text.
 
     `continuation`: text whose tokens are scored one by one after the prompt (log p of each token
     given everything before it). `choices`: candidate next tokens after prompt + continuation, each
     exactly one token of the model's vocabulary; their log-probabilities come from the full softmax.
+    `extends`: a scoring request whose whole text this prompt begins with (a reply's follow-ups
+    extend the request that scores the reply). An engine that cuts prefills at fixed places cuts
+    this one where it cuts that one too, so whichever runs first leaves a cache the other reuses
+    whole; the numbers do not depend on which ran first.
     """
 
     model_config = ConfigDict(frozen=True)
 
     continuation: str = ""
     choices: tuple[str, ...] = ()
+    extends: ScoredText | None = None
 
 
 class TokenScores(BaseModel):

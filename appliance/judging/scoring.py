@@ -6,6 +6,7 @@ import asyncio
 from statistics import fmean
 
 from appliance.client import ModelClient
+from appliance.engine.types import ScoredText
 from appliance.judging.scoring_templates import (
     BASELINE,
     EACH_NEGATIVE,
@@ -42,28 +43,39 @@ async def scoring_features(
         )
         return expected_score(list(scores.choice_logprobs), template.scale_min)
 
-    async def mean_logprob(prompt: str, continuation: str, key: str) -> tuple[float, int]:
+    async def mean_logprob(
+        prompt: str, continuation: str, key: str, extends: ScoredText | None = None
+    ) -> tuple[float, int]:
         scores = await client.score(
             "judge",
             render(prompt, filled, source),
             continuation=render(continuation, filled, source),
             model=judge,
             conversation=f"{conversation}-{key}",
+            extends=extends,
         )
         return scores.mean, len(scores.token_logprobs)
 
+    # The reply is scored first, and the follow-ups after it declare that they extend its text: the
+    # reply is then computed once, read by its own request and reused by all 32 follow-ups.
+    scored_reply = (
+        ScoredText(
+            prompt=render(template.prompt, filled, source), continuation=render(template.continuation, filled, source)
+        )
+        if template.continuation
+        else None
+    )
     followups = [" " + text.strip() for text in (*template.positive, *template.negative)]
-    prompts = [template.followup_prompt, *([template.baseline_prompt] if template.baseline_prompt else [])]
-    requests = [
-        mean_logprob(prompt, text, f"{kind}{i}")
-        for kind, prompt in zip("fb", prompts, strict=False)
-        for i, text in enumerate(followups)
+    requests = [mean_logprob(template.prompt, template.continuation, "c")] if template.continuation else []
+    requests += [
+        mean_logprob(template.followup_prompt, text, f"f{i}", scored_reply) for i, text in enumerate(followups)
     ]
-    if template.continuation:
-        requests.append(mean_logprob(template.prompt, template.continuation, "c"))
+    if template.baseline_prompt:
+        requests += [mean_logprob(template.baseline_prompt, text, f"b{i}") for i, text in enumerate(followups)]
     if template.prior_prompt:
         requests.append(mean_logprob(template.prior_prompt, template.continuation, "p"))
     results = await asyncio.gather(*requests)
+    conditional, results = (results[:1], results[1:]) if template.continuation else ([], results)
     count, split = len(followups), len(template.positive)
     after = [value for value, _ in results[:count]]
     features = {
@@ -80,8 +92,8 @@ async def scoring_features(
         features[BASELINE] = fmean(before[:split]) - fmean(before[split:])
         features[GAIN] = features[FOLLOWUP] - features[BASELINE]
         rest = rest[count:]
-    if template.continuation:
-        (logprob, tokens), rest = rest[0], rest[1:]
+    if conditional:
+        logprob, tokens = conditional[0]
         features |= {LOGPROB: logprob, TOKENS: float(tokens)}
         if template.prior_prompt:
             prior, _ = rest[0]
