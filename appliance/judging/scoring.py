@@ -43,13 +43,14 @@ async def scoring_features(
         )
         return expected_score(list(scores.choice_logprobs), template.scale_min)
 
-    async def mean_logprob(
-        prompt: str, continuation: str, key: str, extends: ScoredText | None = None
-    ) -> tuple[float, int]:
+    def text(prompt: str, continuation: str) -> ScoredText:
+        return ScoredText(prompt=render(prompt, filled, source), continuation=render(continuation, filled, source))
+
+    async def mean_logprob(scored: ScoredText, key: str, extends: ScoredText | None = None) -> tuple[float, int]:
         scores = await client.score(
             "judge",
-            render(prompt, filled, source),
-            continuation=render(continuation, filled, source),
+            scored.prompt,
+            continuation=scored.continuation,
             model=judge,
             conversation=f"{conversation}-{key}",
             extends=extends,
@@ -58,24 +59,16 @@ async def scoring_features(
 
     # The reply is scored first, and the follow-ups after it declare that they extend its text: the
     # reply is then computed once, read by its own request and reused by all 32 follow-ups.
-    scored_reply = (
-        ScoredText(
-            prompt=render(template.prompt, filled, source), continuation=render(template.continuation, filled, source)
-        )
-        if template.continuation
-        else None
-    )
-    followups = [" " + text.strip() for text in (*template.positive, *template.negative)]
-    requests = [mean_logprob(template.prompt, template.continuation, "c")] if template.continuation else []
-    requests += [
-        mean_logprob(template.followup_prompt, text, f"f{i}", scored_reply) for i, text in enumerate(followups)
-    ]
+    reply = text(template.prompt, template.continuation) if template.continuation else None
+    followups = [" " + line.strip() for line in (*template.positive, *template.negative)]
+    requests = [mean_logprob(reply, "c")] if reply is not None else []
+    requests += [mean_logprob(text(template.followup_prompt, f), f"f{i}", reply) for i, f in enumerate(followups)]
     if template.baseline_prompt:
-        requests += [mean_logprob(template.baseline_prompt, text, f"b{i}") for i, text in enumerate(followups)]
+        requests += [mean_logprob(text(template.baseline_prompt, f), f"b{i}") for i, f in enumerate(followups)]
     if template.prior_prompt:
-        requests.append(mean_logprob(template.prior_prompt, template.continuation, "p"))
+        requests.append(mean_logprob(text(template.prior_prompt, template.continuation), "p"))
     results = await asyncio.gather(*requests)
-    conditional, results = (results[:1], results[1:]) if template.continuation else ([], results)
+    conditional, results = (results[:1], results[1:]) if reply is not None else ([], results)
     count, split = len(followups), len(template.positive)
     after = [value for value, _ in results[:count]]
     features = {
