@@ -10,11 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from appliance.catalog import load_catalog
 from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
+from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
 
 pytestmark = pytest.mark.real_model
+
+REPO = Path(__file__).resolve().parent.parent
 
 GREEDY = ResolvedSampling(temperature=0.0, max_tokens=24)
 PROMPTS = [
@@ -191,42 +194,88 @@ def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
         assert returned.cached_prompt_tokens < ALIGNED_CHUNK
 
 
-def test_a_copied_cache_is_in_place_before_the_next_decode(smollm2: LlamaCppBackend) -> None:
-    """llama.cpp's seq_cp across streams only queues the copy for the next llama_decode; the host
-    cache reads and writes states between decodes, so a copy must be complete when it returns: the
-    copy's state, saved at once and restored elsewhere, continues exactly like the source (with
-    seq_cp the saved state holds the destination's old KV, and the logits differ)."""
-    import ctypes
-
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_a_copied_cache_is_in_place_before_its_state_is_saved(model: str) -> None:
+    """llama.cpp's seq_cp across streams only queues the copy for the next llama_decode, and the host
+    cache reads and writes states between decodes. SmolLM2's caches are copied through host memory, at
+    once; Gemma 3's (a sliding window) by the queued stream copy, which the backend carries out before
+    any state is read. Either way the copy's state, saved and restored elsewhere, continues exactly
+    like the source, although the copy's stream held another text before (its stale KV would differ)."""
     import llama_cpp as C
     import numpy as np
 
-    from appliance.engine.llama_native import copy_sequence
+    from appliance.engine.llama_native import read_sequence_state
 
-    smollm2.forget_caches()
-    _run(smollm2, [_ask("Name a fruit that is yellow." + BACKGROUND)])
-    source = next(slot for slot in smollm2.slots if slot.cached)
-    copy, elsewhere = [slot.seq_id for slot in smollm2.slots if slot is not source][:2]
-    continuation = smollm2.model.tokenize(" and the tea room opens at nine", parse_special=False, add_bos=False)
-
-    def next_logits(seq_id: int) -> np.ndarray:
-        smollm2.batch.clear()
-        for offset, token in enumerate(continuation):
-            smollm2.batch.add(token, len(source.cached) + offset, seq_id, offset == len(continuation) - 1)
-        assert C.llama_decode(smollm2.context, smollm2.batch.raw) == 0
-        return smollm2.model.logits_row(smollm2.context, len(continuation) - 1)
-
-    copy_sequence(smollm2.context, source.seq_id, copy, unified=False)
-    size = C.llama_state_seq_get_size(smollm2.context, copy)
-    state = (ctypes.c_uint8 * size)()
-    written = C.llama_state_seq_get_data(smollm2.context, state, size, copy)
-    assert C.llama_state_seq_set_data(smollm2.context, state, written, elsewhere) == written
+    backend = LlamaCppBackend(_model_path(model), name=model, context_length=1024, slots=3, chat_format="plain")
     try:
-        assert np.array_equal(next_logits(elsewhere), next_logits(source.seq_id))
+        assert backend.stream_copies == (model == "gemma3-270m")
+        source, copy, elsewhere = backend.slots
+        _run(backend, [GenerationRequest(prompt=BACKGROUND[::-1], sampling=GREEDY)])  # slot 0: another text
+        backend._copy(backend.slots[0], copy)
+        backend.forget_caches()
+        _run(backend, [GenerationRequest(prompt="Name a fruit that is yellow." + BACKGROUND, sampling=GREEDY)])
+        assert source.cached and not copy.cached
+        backend._copy(source, copy)
+        backend._flush_copies()
+        state, written = read_sequence_state(backend.context, copy.seq_id)
+        assert C.llama_state_seq_set_data(backend.context, state, written, elsewhere.seq_id) == written
+        end = len(source.cached)
+        continuation = backend.model.tokenize(" and the tea room opens at nine", parse_special=False, add_bos=False)
+
+        def next_logits(seq_id: int) -> np.ndarray:
+            backend.batch.clear()
+            for offset, token in enumerate(continuation):
+                backend.batch.add(token, end + offset, seq_id, offset == len(continuation) - 1)
+            assert C.llama_decode(backend.context, backend.batch.raw) == 0
+            return backend.model.logits_row(backend.context, len(continuation) - 1)
+
+        assert np.array_equal(next_logits(elsewhere.seq_id), next_logits(source.seq_id))
     finally:
-        for slot in smollm2.slots:
-            C.llama_memory_seq_rm(smollm2.memory, slot.seq_id, -1, -1)
-        smollm2.forget_caches()
+        backend.close()
+
+
+def _model_path(name: str) -> Path:
+    catalog = load_catalog(REPO / "models.toml")
+    return catalog.resolve_path(catalog.get(name))
+
+
+@pytest.mark.parametrize("slots", [2, 1])
+def test_a_sliding_window_cache_serves_a_cut_prefix_only_where_it_holds_the_window(slots: int) -> None:
+    """Gemma 3 attends the last 512 positions in most layers, and llama.cpp's serialised copy of a
+    sequence keeps only the 512 before its end. A cache copied that way and cut back to a shared
+    prefix gave other numbers than a cold prefill (up to 5 in a logit). Two slots: the first text's
+    cache is moved aside for another text and forked back by stream copies, which hold every
+    position: the shared prefix is reused. One slot: the cache is saved to host memory, which cannot
+    serve the cut: the prefix is computed again. Either way the numbers are a cold prefill's."""
+    path = _model_path("gemma3-270m")
+    context = " ".join(f"At {n % 12 + 1} o'clock the ferry number {n} left the harbour." for n in range(50))
+    first, second = (
+        GenerationRequest(prompt=context, scoring=ScoringRequest(continuation=text), conversation_key=key)
+        for key, text in (("tea", " The tea room opened at nine and closed at noon, every day."), ("no", " Nobody."))
+    )
+    other = GenerationRequest(
+        prompt=BACKGROUND * 2, scoring=ScoringRequest(continuation=" Fine."), conversation_key="b"
+    )
+    backend = LlamaCppBackend(path, name="gemma", context_length=1024, slots=slots, chat_format="plain")
+    cold = LlamaCppBackend(path, name="cold", context_length=1024, slots=1, host_cache_mb=0, chat_format="plain")
+    try:
+        scored_first = _run(backend, [first])[0]
+        assert scored_first.prompt_tokens > backend.window + 2 * ALIGNED_CHUNK
+        _run(backend, [other])
+        if slots == 2:
+            assert backend.counters.moved_caches == 1
+        else:
+            assert backend.counters.saved_caches == 1
+        warm = _run(backend, [second])[0]
+        alone = _run(cold, [second])[0]
+    finally:
+        backend.close()
+        cold.close()
+    assert warm.scores == alone.scores
+    if slots == 2:
+        assert warm.cached_prompt_tokens >= backend.window
+    else:
+        assert warm.cached_prompt_tokens == 0
 
 
 def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:

@@ -34,13 +34,35 @@ def chunk_plan(length: int, declared: Iterable[int] = ()) -> list[int]:
     return plan
 
 
-def reusable_prefix(shared: int, batch_computed: int, computed: list[int], plan: list[int], *, exact: bool) -> int:
+def reusable_prefix(
+    shared: int,
+    batch_computed: int,
+    computed: list[int],
+    plan: list[int],
+    *,
+    exact: bool,
+    floor: int = 0,
+    window: int = 0,
+) -> int:
     """How many of the `shared` leading tokens of a cache a prompt planned as `plan` may reuse: all of
     them in fast mode; in exact mode only prefill-computed ones (`batch_computed`), cut where both plans
-    cut (`reusable_boundary`)."""
-    if not exact:
-        return shared
-    return reusable_boundary(computed, plan, min(shared, batch_computed))
+    cut (`reusable_boundary`); and none when the cache's sliding-window layers lack positions the next
+    token attends (`window_serves`)."""
+    reuse = shared if not exact else reusable_boundary(computed, plan, min(shared, batch_computed))
+    return reuse if window_serves(floor, reuse, window) else 0
+
+
+def window_serves(floor: int, reuse: int, window: int) -> bool:
+    """Whether a cache whose sliding-window layers hold positions `floor` and after can serve its first
+    `reuse` tokens to a prompt that goes on from there.
+
+    The token at position `reuse` attends, in those layers, the `window` positions up to itself, so
+    every position from `reuse - window + 1` must be held. A cache that llama.cpp serialised (a host
+    cache entry, a copy through host memory) keeps only the last `window` positions before its own
+    end, so it can serve its whole length but not a prefix cut much earlier. `window` 0: no sliding
+    window, every prefix is served.
+    """
+    return window == 0 or reuse == 0 or floor <= max(0, reuse - window + 1)
 
 
 def reusable_boundary(computed: list[int], plan: list[int], shared: int) -> int:

@@ -6,7 +6,9 @@ its transcript's next judge computes every token again. Before a slot's cache is
 no other slot or saved entry holds is copied out (`llama_state_seq_get_data`), and a request that
 shares more with a saved entry than with any slot gets it copied back into its slot. The copy holds
 the very numbers the prefill computed, so a restored prefix gives bit-identical results (tested),
-and a copy costs milliseconds where recomputing costs seconds. Entries leave least recently used
+and a copy costs milliseconds where recomputing costs seconds. A sliding-window model's copy leaves
+out the positions its window already masks: such an entry serves its whole length, not a prefix cut
+much earlier (`chunk_plan.window_serves`). Entries leave least recently used
 first when the byte budget is full, and an entry whose reusable prefix another entry extends is
 dropped.
 """
@@ -19,8 +21,8 @@ from typing import Any
 
 import llama_cpp as C
 
-from appliance.engine.chunk_plan import reusable_prefix
-from appliance.engine.llama_native import read_sequence_state
+from appliance.engine.chunk_plan import reusable_prefix, window_serves
+from appliance.engine.llama_native import read_sequence_state, sequence_floor
 
 
 @dataclass
@@ -33,6 +35,8 @@ class SavedSequence:
     chunk_ends: list[int]
     data: Any  # a ctypes byte array of `size` bytes
     size: int
+    #: the lowest position its sliding-window layers hold (see `chunk_plan.window_serves`)
+    floor: int = 0
     last_used: int = 0
 
 
@@ -50,9 +54,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class HostCache:
     """Saved sequence caches of one llama.cpp context, within `budget_bytes`."""
 
-    def __init__(self, context: Any, budget_bytes: int) -> None:
+    def __init__(self, context: Any, budget_bytes: int, window: int = 0) -> None:
         self.context = context
         self.budget_bytes = budget_bytes
+        #: the model's sliding window (0: none)
+        self.window = window
         self.entries: list[SavedSequence] = []
         self.bytes = 0
         self.peak_bytes = 0
@@ -61,7 +67,9 @@ class HostCache:
     def reusable(self, entry: SavedSequence, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> int:
         """Leading tokens of a prompt that `entry` may serve (the same rule as a slot's cache)."""
         shared = min(common_prefix(entry.tokens, tokens), limit)
-        return reusable_prefix(shared, entry.batch_computed, entry.chunk_ends, plan, exact=exact)
+        return reusable_prefix(
+            shared, entry.batch_computed, entry.chunk_ends, plan, exact=exact, floor=entry.floor, window=self.window
+        )
 
     def best(self, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> tuple[SavedSequence | None, int]:
         """The entry that serves the most leading tokens of a prompt, and how many."""
@@ -77,17 +85,21 @@ class HostCache:
         most = 0
         for entry in self.entries:
             shared = common_prefix(entry.tokens, tokens)
-            most = max(most, min(shared, entry.batch_computed) if exact else shared)
+            held = min(shared, entry.batch_computed) if exact else shared
+            most = max(most, held if window_serves(entry.floor, held, self.window) else 0)
         return most
 
     def save(self, seq_id: int, tokens: list[int], batch_computed: int, chunk_ends: list[int]) -> bool:
         """Copy sequence `seq_id`'s KV out; False when it does not fit the budget at all."""
         if int(C.llama_state_seq_get_size(self.context, seq_id)) > self.budget_bytes:
             return False
+        memory = C.llama_get_memory(self.context)
+        end = int(C.llama_memory_seq_pos_max(memory, seq_id)) + 1
+        floor = max(sequence_floor(memory, seq_id), end - self.window) if self.window else 0
         data, written = read_sequence_state(self.context, seq_id)
         if written == 0:
             return False
-        entry = SavedSequence(list(tokens), batch_computed, list(chunk_ends), data, written)
+        entry = SavedSequence(list(tokens), batch_computed, list(chunk_ends), data, written, floor)
         self._drop(lambda old: self._extends(entry, old))
         self.entries.append(entry)
         self.bytes += written
@@ -108,10 +120,12 @@ class HostCache:
 
     @staticmethod
     def _extends(new: SavedSequence, old: SavedSequence) -> bool:
-        """Whether `new` can serve everything `old` can: the same chunks, and as far or further."""
+        """Whether `new` can serve everything `old` can: the same chunks, as far or further, and no
+        fewer sliding-window positions."""
         reach = old.batch_computed
         return (
             new.batch_computed >= reach
+            and new.floor <= old.floor
             and common_prefix(new.tokens, old.tokens) >= len(old.tokens)
             and new.chunk_ends[: len(old.chunk_ends)] == old.chunk_ends
         )

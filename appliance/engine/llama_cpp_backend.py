@@ -21,9 +21,16 @@ import llama_cpp as C
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.chunk_plan import chunk_plan, reusable_prefix
+from appliance.engine.chunk_plan import chunk_plan, reusable_prefix, window_serves
 from appliance.engine.host_cache import HostCache, SavedSequence, common_prefix
-from appliance.engine.llama_native import LlamaModel, TokenBatch, TokenSampler, apply_adapter, copy_sequence
+from appliance.engine.llama_native import (
+    LlamaModel,
+    TokenBatch,
+    TokenSampler,
+    apply_adapter,
+    copy_sequence,
+    sequence_floor,
+)
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
@@ -119,10 +126,16 @@ class LlamaCppBackend:
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
         self.kv_bytes_per_token = self.model.kv_bytes_per_token()
+        #: the model's sliding window (0: none); its caches are copied stream to stream (`_copy`)
+        self.window = self.model.sliding_window
+        self.stream_copies = self.window > 0 and not kv_unified
+        #: a stream copy is queued until the next decode; state reads and writes wait for it
+        self._copies_queued = False
         if kv_budget_mb is not None:
-            # The budget caps the sequences that hold a cache at once; the others wait,
-            # and a conversation whose cache was evicted is prefilled again when it returns.
-            affordable = (kv_budget_mb * 1024 * 1024) // (context_length * self.kv_bytes_per_token)
+            # The budget caps the sequences that hold a cache at once (and the scratch sequence of
+            # stream copies); the others wait, and a conversation whose cache was evicted is
+            # prefilled again when it returns.
+            affordable = (kv_budget_mb * 1024 * 1024) // (context_length * self.kv_bytes_per_token) - self.stream_copies
             if affordable < 1:
                 self.model.close()
                 raise ApplianceError(
@@ -130,10 +143,11 @@ class LlamaCppBackend:
                 )
             slots = min(slots, int(affordable))
         params = C.llama_context_default_params()
-        params.n_ctx = context_length * slots
+        # Stream copies get one more sequence, a scratch one that `_flush_copies` decodes into.
+        params.n_ctx = context_length * (slots + self.stream_copies)
         params.n_batch = batch_tokens
         params.n_ubatch = batch_tokens
-        params.n_seq_max = slots
+        params.n_seq_max = slots + self.stream_copies
         # Default: one KV stream per sequence, so attention only spans a sequence's own
         # cells and its layout is the same as when decoded alone (see docs/engine.md).
         params.kv_unified = kv_unified
@@ -158,7 +172,9 @@ class LlamaCppBackend:
                 raise
         self.memory = C.llama_get_memory(self.context)
         #: caches saved to host memory before their slot is overwritten (see host_cache.py)
-        self.host_cache = HostCache(self.context, host_cache_mb * 2**20) if host_cache_mb and reuse_cache else None
+        self.host_cache = (
+            HostCache(self.context, host_cache_mb * 2**20, self.window) if host_cache_mb and reuse_cache else None
+        )
         self.context_length = int(C.llama_n_ctx_seq(self.context))
         self.batch_tokens = batch_tokens
         self.batch = TokenBatch(batch_tokens)
@@ -351,6 +367,7 @@ class LlamaCppBackend:
     def _decode_and_sample(self, owners: list[tuple[int, _Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
         started = time.perf_counter()
         status = C.llama_decode(self.context, self.batch.raw)
+        self._copies_queued = False
         elapsed = time.perf_counter() - started
         if prefill:
             self.counters.prefill_s += elapsed
@@ -488,13 +505,14 @@ class LlamaCppBackend:
             keep = self._restore(slot, saved, restorable)
         elif source is not slot and shared - keep >= MIN_SHARED_PREFIX:
             self._spill(slot, kept=0)
-            copy_sequence(self.context, source.seq_id, slot.seq_id, unified=self.kv_unified)
-            slot.holds(source.cached, source.batch_computed, source.chunk_ends)
+            self._copy(source, slot)
             keep = shared
             self.counters.forked_tokens += shared
         self._spill(slot, kept=keep)
-        if not C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1):
-            # Sliding-window caches cannot always be cut in the middle: start over.
+        cut = C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1)
+        if not cut or not window_serves(self._floor(slot), keep, self.window):
+            # A sliding-window cache cannot always be cut in the middle, nor serve a prefix whose
+            # window positions it lost (the choice above avoids those; this holds if it missed): start over.
             C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
             keep = 0
         del slot.cached[keep:]
@@ -508,6 +526,7 @@ class LlamaCppBackend:
         assert self.host_cache is not None
         self._spill(slot, kept=0)
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+        self._flush_copies()
         if not self.host_cache.restore(saved, slot.seq_id):
             C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
             slot.holds([])
@@ -528,11 +547,16 @@ class LlamaCppBackend:
         mine = slot.cached[:reach]
         held = max(
             [kept, self.host_cache.covered(mine, exact=self.exact_kv)]
-            + [min(common_prefix(other.cached, mine), self._reach(other)) for other in self.slots if other is not slot]
+            + [
+                self._serves(other, min(common_prefix(other.cached, mine), self._reach(other)))
+                for other in self.slots
+                if other is not slot
+            ]
         )
-        if reach - held >= MIN_SHARED_PREFIX and self.host_cache.save(
-            slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends
-        ):
+        if reach - held < MIN_SHARED_PREFIX:
+            return
+        self._flush_copies()
+        if self.host_cache.save(slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends):
             self.counters.saved_caches += 1
             self.counters.host_cache_peak_bytes = self.host_cache.peak_bytes
 
@@ -553,7 +577,23 @@ class LlamaCppBackend:
         if not self.reuse_cache:
             return 0
         shared = min(common_prefix(slot.cached, job.prompt_tokens), limit)
-        return reusable_prefix(shared, slot.batch_computed, slot.chunk_ends, job.plan, exact=self.exact_kv)
+        return reusable_prefix(
+            shared,
+            slot.batch_computed,
+            slot.chunk_ends,
+            job.plan,
+            exact=self.exact_kv,
+            floor=self._floor(slot),
+            window=self.window,
+        )
+
+    def _floor(self, slot: _Slot) -> int:
+        """The lowest position the slot's sliding-window layers hold (0 without a window)."""
+        return sequence_floor(self.memory, slot.seq_id) if self.window else 0
+
+    def _serves(self, slot: _Slot, reuse: int) -> int:
+        """`reuse` if the slot's cache can serve that many leading tokens, else 0."""
+        return reuse if window_serves(self._floor(slot), reuse, self.window) else 0
 
     def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot, *, kept: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.
@@ -579,11 +619,33 @@ class LlamaCppBackend:
 
     def _move_cache(self, source: _Slot, destination: _Slot) -> None:
         self._spill(destination, kept=0)
-        copy_sequence(self.context, source.seq_id, destination.seq_id, unified=self.kv_unified)
-        destination.holds(source.cached, source.batch_computed, source.chunk_ends)
+        self._copy(source, destination)
         destination.key, destination.last_used = source.key, source.last_used
         source.key = None
         self.counters.moved_caches += 1
+
+    def _copy(self, source: _Slot, destination: _Slot) -> None:
+        """Make `destination`'s cache a copy of `source`'s, its token record included."""
+        copy_sequence(
+            self.context, source.seq_id, destination.seq_id, unified=self.kv_unified, whole_stream=self.stream_copies
+        )
+        self._copies_queued = self._copies_queued or self.stream_copies
+        destination.holds(source.cached, source.batch_computed, source.chunk_ends)
+
+    def _flush_copies(self) -> None:
+        """Carry out queued stream copies before a sequence's state is read or written: llama.cpp does
+        them at the start of a decode, so one token is decoded into the scratch sequence and removed."""
+        if not self._copies_queued:
+            return
+        scratch = len(self.slots)
+        self.batch.clear()
+        self.batch.add(0, 0, scratch, False)  # any token: nothing reads its KV
+        status = C.llama_decode(self.context, self.batch.raw)
+        self.batch.clear()
+        C.llama_memory_seq_rm(self.memory, scratch, -1, -1)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}' (copying caches)")
+        self._copies_queued = False
 
     def _finish(self, job: _Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
         text = job.text_bytes.decode("utf-8", errors="replace")

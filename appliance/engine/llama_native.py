@@ -84,6 +84,8 @@ class LlamaModel:
         self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(C.llama_model_n_ctx_train(self.handle))
         self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
+        #: positions a sliding-window layer attends (Gemma 3: 512); 0 when every layer sees everything
+        self.sliding_window = int(C.llama_model_n_swa(self.handle))
         template = C.llama_model_chat_template(self.handle, None)
         self.chat_template: bytes | None = template if template else None
         self._jinja_template: Any = None
@@ -233,21 +235,29 @@ def read_sequence_state(context: Any, seq_id: int) -> tuple[Any, int]:
     return data, int(C.llama_state_seq_get_data(context, data, size, seq_id))
 
 
-def copy_sequence(context: Any, source: int, destination: int, *, unified: bool) -> None:
-    """Make sequence `destination`'s KV a copy of `source`'s, effective at once.
+def copy_sequence(context: Any, source: int, destination: int, *, unified: bool, whole_stream: bool) -> None:
+    """Make sequence `destination`'s KV a copy of `source`'s.
 
     In one KV stream (`unified`) llama.cpp's `seq_cp` only tags cells, at once. Across streams it
-    queues a copy of the whole stream buffer for the next `llama_decode`; a state read or write of
-    either sequence before then (the host cache does both between decodes) would see, or be
-    overwritten by, the other's old data. So the used cells are copied through host memory instead,
-    into the same cell positions a prefill from an empty stream takes.
+    queues a copy of the whole stream buffer for the next `llama_decode` (`whole_stream`); a state
+    read or write of either sequence before then would see, or be overwritten by, the other's old
+    data, so the caller must run a decode first (`LlamaCppBackend._flush_copies`). Otherwise the used
+    cells are copied through host memory at once; that copy leaves out the positions a sliding
+    window already masks (see `chunk_plan.window_serves`), so sliding-window models take the stream
+    copy.
     """
-    if unified:
+    if unified or whole_stream:
         C.llama_memory_seq_cp(C.llama_get_memory(context), source, destination, -1, -1)
         return
     data, written = read_sequence_state(context, source)
     if int(C.llama_state_seq_set_data(context, data, written, destination)) != written:
         raise RuntimeError(f"llama.cpp could not copy sequence {source} to {destination}: {last_log_error()}")
+
+
+def sequence_floor(memory: Any, seq_id: int) -> int:
+    """The lowest position whose KV the sequence holds in every layer (0 when empty): above 0 only
+    where sliding-window layers lost positions the window masks (a serialised copy, an overwrite)."""
+    return max(0, int(C.llama_memory_seq_pos_min(memory, seq_id)))
 
 
 def apply_adapter(context: Any, adapter: Any, scale: float) -> None:
