@@ -47,14 +47,14 @@ def reusable_prefix(
     """How many of the `shared` leading tokens of a cache a prompt planned as `plan` may reuse: all of
     them in fast mode; in exact mode only prefill-computed ones (`batch_computed`), cut where both plans
     cut (`reusable_boundary`); and none when the cache's sliding-window layers lack positions the next
-    token attends (`window_serves`)."""
+    token attends (`window_reuse`)."""
     reuse = shared if not exact else reusable_boundary(computed, plan, min(shared, batch_computed))
-    return reuse if window_serves(floor, reuse, window) else 0
+    return window_reuse(floor, reuse, window)
 
 
-def window_serves(floor: int, reuse: int, window: int) -> bool:
-    """Whether a cache whose sliding-window layers hold positions `floor` and after can serve its first
-    `reuse` tokens to a prompt that goes on from there.
+def window_reuse(floor: int, reuse: int, window: int) -> int:
+    """`reuse` if a cache whose sliding-window layers hold positions `floor` and after can serve its
+    first `reuse` tokens to a prompt that goes on from there, else 0.
 
     The token at position `reuse` attends, in those layers, the `window` positions up to itself, so
     every position from `reuse - window + 1` must be held. A cache that llama.cpp serialised (a host
@@ -62,7 +62,7 @@ def window_serves(floor: int, reuse: int, window: int) -> bool:
     end, so it can serve its whole length but not a prefix cut much earlier. `window` 0: no sliding
     window, every prefix is served.
     """
-    return window == 0 or reuse == 0 or floor <= max(0, reuse - window + 1)
+    return reuse if window == 0 or floor <= max(0, reuse - window + 1) else 0
 
 
 def reusable_boundary(computed: list[int], plan: list[int], shared: int) -> int:

@@ -8,7 +8,7 @@ shares more with a saved entry than with any slot gets it copied back into its s
 the very numbers the prefill computed, so a restored prefix gives bit-identical results (tested),
 and a copy costs milliseconds where recomputing costs seconds. A sliding-window model's copy leaves
 out the positions its window already masks: such an entry serves its whole length, not a prefix cut
-much earlier (`chunk_plan.window_serves`). Entries leave least recently used
+much earlier (`chunk_plan.window_reuse`). Entries leave least recently used
 first when the byte budget is full, and an entry whose reusable prefix another entry extends is
 dropped.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import llama_cpp as C
 
-from appliance.engine.chunk_plan import reusable_prefix, window_serves
+from appliance.engine.chunk_plan import reusable_prefix, window_reuse
 from appliance.engine.llama_native import read_sequence_state, sequence_floor
 
 
@@ -35,7 +35,7 @@ class SavedSequence:
     chunk_ends: list[int]
     data: Any  # a ctypes byte array of `size` bytes
     size: int
-    #: the lowest position its sliding-window layers hold (see `chunk_plan.window_serves`)
+    #: the lowest position its sliding-window layers hold (see `chunk_plan.window_reuse`)
     floor: int = 0
     last_used: int = 0
 
@@ -86,7 +86,7 @@ class HostCache:
         for entry in self.entries:
             shared = common_prefix(entry.tokens, tokens)
             held = min(shared, entry.batch_computed) if exact else shared
-            most = max(most, held if window_serves(entry.floor, held, self.window) else 0)
+            most = max(most, window_reuse(entry.floor, held, self.window))
         return most
 
     def save(self, seq_id: int, tokens: list[int], batch_computed: int, chunk_ends: list[int]) -> bool:

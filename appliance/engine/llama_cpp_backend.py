@@ -21,7 +21,7 @@ import llama_cpp as C
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.chunk_plan import chunk_plan, reusable_prefix, window_serves
+from appliance.engine.chunk_plan import chunk_plan, reusable_prefix, window_reuse
 from appliance.engine.host_cache import HostCache, SavedSequence, common_prefix
 from appliance.engine.llama_native import (
     LlamaModel,
@@ -510,7 +510,7 @@ class LlamaCppBackend:
             self.counters.forked_tokens += shared
         self._spill(slot, kept=keep)
         cut = C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1)
-        if not cut or not window_serves(self._floor(slot), keep, self.window):
+        if not cut or window_reuse(self._floor(slot), keep, self.window) < keep:
             # A sliding-window cache cannot always be cut in the middle, nor serve a prefix whose
             # window positions it lost (the choice above avoids those; this holds if it missed): start over.
             C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
@@ -548,7 +548,9 @@ class LlamaCppBackend:
         held = max(
             [kept, self.host_cache.covered(mine, exact=self.exact_kv)]
             + [
-                self._serves(other, min(common_prefix(other.cached, mine), self._reach(other)))
+                window_reuse(
+                    self._floor(other), min(common_prefix(other.cached, mine), self._reach(other)), self.window
+                )
                 for other in self.slots
                 if other is not slot
             ]
@@ -590,10 +592,6 @@ class LlamaCppBackend:
     def _floor(self, slot: _Slot) -> int:
         """The lowest position the slot's sliding-window layers hold (0 without a window)."""
         return sequence_floor(self.memory, slot.seq_id) if self.window else 0
-
-    def _serves(self, slot: _Slot, reuse: int) -> int:
-        """`reuse` if the slot's cache can serve that many leading tokens, else 0."""
-        return reuse if window_serves(self._floor(slot), reuse, self.window) else 0
 
     def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot, *, kept: int) -> _Slot:
         """The lowest idle slot, so that decoding sequences have consecutive ids.

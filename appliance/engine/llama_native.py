@@ -243,7 +243,7 @@ def copy_sequence(context: Any, source: int, destination: int, *, unified: bool,
     read or write of either sequence before then would see, or be overwritten by, the other's old
     data, so the caller must run a decode first (`LlamaCppBackend._flush_copies`). Otherwise the used
     cells are copied through host memory at once; that copy leaves out the positions a sliding
-    window already masks (see `chunk_plan.window_serves`), so sliding-window models take the stream
+    window already masks (see `chunk_plan.window_reuse`), so sliding-window models take the stream
     copy.
     """
     if unified or whole_stream:
