@@ -8,10 +8,23 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install browser sandbox run test chaos lint clean calibrations adapters
 
+# llama-cpp-python compiles llama.cpp for this CPU (-march=native), but without AMX: on a Sapphire
+# Rapids virtual machine here, llama.cpp's AMX matrix multiply died with SIGILL (tilezero) on its
+# first prompt, though a small AMX program ran there. After installing, build_check prefills and
+# decodes a few tokens; if that fails (say a wheel built with AMX sat in pip's cache), the cached
+# wheel is dropped and llama.cpp is rebuilt here and checked again.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_BUILD := CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)"
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf]'
+	$(LLAMA_BUILD) $(BIN)/python -m pip install --quiet -e '.[dev,hf]'
+	$(BIN)/python -m appliance.engine.build_check || { \
+		echo "rebuilding llama-cpp-python for this CPU in place of pip's cached wheel (5 to 10 minutes)"; \
+		$(BIN)/python -m pip cache remove llama_cpp_python || true; \
+		$(LLAMA_BUILD) $(BIN)/python -m pip install --quiet --force-reinstall --no-deps \
+			"llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')" && \
+		$(BIN)/python -m appliance.engine.build_check; }
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -429,3 +431,15 @@ def test_chunk_plans_are_cut_the_same_way_wherever_a_cache_is_reused(
     assert reused <= shared and (reused == 0 or (reused in plan and reused in cached))
     assert [e for e in plan if e <= reused] == [e for e in cached if e <= reused]
     assert reusable_boundary(plan, plan, length) == length  # the same prompt reuses everything
+
+
+def test_the_install_check_runs_the_build_without_amx() -> None:
+    """`make install` trusts this check to catch a llama.cpp build that dies on this CPU (SIGILL in
+    llama.cpp's AMX matrix multiply on an Intel machine here): it must decode, and the build must
+    be the one the Makefile asks for, without AMX."""
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance.engine.build_check"], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "runs on this CPU" in done.stdout
+    assert "AMX_INT8 = 1" not in done.stdout, done.stdout
