@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 # first prompt, though a small AMX program ran there. After installing, build_check prefills and
 # decodes a few tokens; if that fails (say a wheel built with AMX sat in pip's cache), the cached
 # wheel is dropped and llama.cpp is rebuilt here and checked again.
-NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMA_BUILD := CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)"
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
