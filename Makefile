@@ -87,24 +87,28 @@ lint: install
 # Regenerate the default panel's shipped calibrations (judges/calibrations/default/) from the human
 # labels in ../shared. With turn_followups (the default panel's template): FED turn level Overall,
 # Engaging and Fluent (what runs apply to PingPong's final, entertaining and fluent scores), FED
-# Relevant and USR Overall (held-out reports only); with dialogue_followups, a seeded 200 of DSTC9's
-# interactive dialogues (report only); with turn_likelihood (8 follow-ups, a baseline after the
+# Relevant and USR Overall (held-out reports only), each with its learning curve; with
+# dialogue_followups, FED dialogue level Overall and a seeded 200 of DSTC9's interactive dialogues
+# (reports with curves; the FED one is what a DSTC9 transfer applies); with turn_likelihood (8 follow-ups, a baseline after the
 # conversation alone), FED Overall and Relevant and USR Overall (reports only). Features are
 # stored, so a second criterion of the same set and template costs a minute; reading FED turn level
-# once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25.
+# once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25, FED
+# dialogue level 21 (with its curve).
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
 SHIP := --panel default --ship --db $(CALDB)
+CURVE := --curve $(SHIP)
 calibrations: install
 	mkdir -p out
 	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db $(CALDB)
 	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db $(CALDB)
 	$(BIN)/appliance labels import $(LABELS)/dstc9_interactive --format dstc9 --db $(CALDB)
 	for criterion in Overall Engaging Fluent Relevant; do \
-		$(BIN)/appliance calibrate --labels fed-turn --criterion $$criterion --template turn_followups $(SHIP) || exit 1; \
+		$(BIN)/appliance calibrate --labels fed-turn --criterion $$criterion --template turn_followups $(CURVE) || exit 1; \
 	done
-	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups $(SHIP)
-	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 200 --template dialogue_followups $(SHIP)
+	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups $(CURVE)
+	$(BIN)/appliance calibrate --labels fed-dialogue --criterion Overall --template dialogue_followups $(CURVE)
+	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 200 --template dialogue_followups $(CURVE)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)
