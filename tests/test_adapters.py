@@ -198,18 +198,16 @@ def test_one_backend_serves_a_base_and_its_adapters_in_one_mixed_batch(
         messages=(Message(role="user", content=DESCRIBER),),
         scoring=ScoringRequest(continuation=" CLUE: You climb it to paint a wall."),
     )
-    with ModelPool.load(catalog, ["base", "tuned"], parallel=2) as pool:
-        # one adapter beside the base: vLLM's CPU LoRA ops once gave the base's rows the adapter here
-        # (a row without an adapter indexes the last adapter slot; the backend keeps that slot empty)
-        pair = ask_model(pool, "base", requests[:1]) + ask_model(pool, "tuned", requests[:1])
-        together = pool.play([("base", requests[0]), ("tuned", requests[0])], lambda item, s: s.generate(*item))
-    assert [c.text for c in together] == [c.text for c in pair]
-    assert pair[1].text.startswith("CLUE:") and not pair[0].text.startswith("CLUE:"), pair
-    with ModelPool.load(catalog, ["base", "tuned", "off"], parallel=2) as pool:
+    with ModelPool.load(catalog, ["base", "off", "tuned"], parallel=2) as pool:
         assert pool.backends["base"] is pool.backends["tuned"] is pool.backends["off"]
         assert pool.adapters == {"tuned", "off"}
+        # scale 0 loaded and asked first, so the fine-tune takes vLLM's last adapter slot: its CPU LoRA
+        # ops once gave the base's rows that slot's adapter (a row without one indexes the last slot;
+        # the backend keeps one slot more, empty; without that slot this test fails)
+        off_alone, base_alone = (ask_model(pool, name, requests[:1])[0] for name in ("off", "base"))
         base, tuned, off, alone = _play_mixed(pool, requests)
         scored = ask_model(pool, "tuned", [scoring])[0]
+    assert base[0] == (base_alone.text, base_alone.token_ids) == (off_alone.text, off_alone.token_ids)
     assert off == base  # texts and token ids
     assert tuned == alone
     assert tuned[0][0].startswith("CLUE:") and tuned[1][0].startswith("GUESS:"), tuned

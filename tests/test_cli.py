@@ -61,6 +61,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
             "smollm2",
             "--limit",
             "1",
+            "--turns",
+            "2",
             "--seed",
             "3",
             "--db",
@@ -414,9 +416,11 @@ def test_export_of_a_real_run_reads_back_with_every_message(tiny_run: TinyRun, t
 @pytest.mark.real_model
 def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tmp_path: Path) -> None:
     """Request seeds derive from the episode's identity, not from the run id: a nightly comparison of
-    two runs compares the same conversations. The second run is played as two shards (`--shard`, one
-    conversation each, as two Slurm array jobs would) joined by `appliance merge`; exact KV makes the
-    text independent of what else shares the batch. Sampled, not greedy: player 0.6, interrogator 0.8."""
+    two runs compares the same conversations. The first run is played by two Ray workers, one
+    conversation each, SmolLM2 hosted by a worker group of its own that serves both (every request
+    of the run travels to it through Ray); the second as two shards (`--shard`, one conversation
+    each, as two Slurm array jobs would) joined by `appliance merge`. Exact KV makes the text
+    independent of what else shares the batch. Sampled, not greedy: player 0.6, interrogator 0.8."""
     shared = tmp_path / "shared.duckdb"
     common = ["--players", "smollm2-135m", "--panel", "smollm2", "--limit", "2", "--turns", "1"]
 
@@ -443,11 +447,21 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
             ).fetchall()
         return messages, verdicts
 
-    first_id = play(shared, "7")
+    if importlib.util.find_spec("ray") is None:
+        print("Ray is not installed (pip install -e '.[ray]'): the first run is played in this process")
+        first_id = play(shared, "7")
+    else:
+        grouped = tmp_path / "models.toml"
+        catalog = (REPO / "models.toml").read_text(encoding="utf-8")
+        grouped.write_text(catalog.replace("[models.smollm2-135m]\n", '[models.smollm2-135m]\nworker_group = "lm"\n'))
+        first_id = play(shared, "7", "--ray", "local", "--workers", "2", "--models", str(grouped))
+        assert summaries[0]["workers"] == {"w1": 1, "w2": 1}
     first = stored(shared, first_id)
     shards = [tmp_path / "shard1.duckdb", tmp_path / "shard2.duckdb"]
     halves = [stored(db, play(db, "7", "--shard", f"{i}/2")) for i, db in enumerate(shards, 1)]
     assert all(messages for messages, _ in halves), "each shard plays one of the two conversations"
+    # the group's worker counted every prompt token of the run, as the shards' own processes did
+    assert summaries[0]["prompt_tokens"] == summaries[1]["prompt_tokens"] + summaries[2]["prompt_tokens"]
     merged = cli("merge", *map(str, shards), "--into", str(shared), "--json")
     assert merged.returncode == 0, merged.stderr[-2000:]
     again_id = json.loads(merged.stdout)["run_id"]
@@ -455,18 +469,6 @@ def test_two_runs_with_the_same_seed_store_identical_transcripts_and_verdicts(tm
     other = stored(tmp_path / "other.duckdb", play(tmp_path / "other.duckdb", "8", "--limit", "1"))
     assert first[0] and first[1]
     assert again == first
-    # and played by two Ray workers, one conversation each, SmolLM2 hosted by a worker group of its own
-    # that serves both (every request of the run travels to it through Ray)
-    if importlib.util.find_spec("ray") is None:
-        print("Ray is not installed (pip install -e '.[ray]'): the --ray arm of this test is left out")
-    else:
-        on_ray, grouped = tmp_path / "ray.duckdb", tmp_path / "models.toml"
-        catalog = (REPO / "models.toml").read_text(encoding="utf-8")
-        grouped.write_text(catalog.replace("[models.smollm2-135m]\n", '[models.smollm2-135m]\nworker_group = "lm"\n'))
-        ray_run = play(on_ray, "7", "--ray", "local", "--workers", "2", "--models", str(grouped))
-        assert stored(on_ray, ray_run) == first
-        assert summaries[-1]["workers"] == {"w1": 1, "w2": 1}
-        assert summaries[-1]["prompt_tokens"] == summaries[0]["prompt_tokens"]  # counted by the group's worker
     assert other[0] != first[0][: len(other[0])], "another seed samples other conversations"
     # the nightly gate on two identical runs of the real model: every difference is zero, exit 0
     compared = cli("compare", first_id, again_id, "--db", str(shared), "--json")

@@ -1,4 +1,5 @@
-"""The transformers backend on CPU, loading the embedded SmolLM2 GGUF through `gguf_file=`.
+"""The transformers backend on CPU, loading the embedded SmolLM2 GGUF (through the float32 folder
+dequantised from it once).
 
 transformers dequantises the Q4_1 weights to float32, so its numbers are not
 llama.cpp's: greedy texts are compared and the agreement rate is printed,
@@ -127,3 +128,26 @@ def test_scoring_requests_read_the_same_text_as_llama_cpp_and_do_not_depend_on_t
         assert abs(ours.scores.mean - theirs.scores.mean) < 0.5, (ours.scores.mean, theirs.scores.mean)
     fluent, nonsense = (c.scores.mean for c in together if c.scores is not None)
     assert fluent > nonsense  # the model finds the greeting likelier than the word salad
+
+
+def test_a_gguf_is_parsed_once_for_its_conversion_and_a_broken_one_is_one_line(
+    smollm2_path: Path, tmp_path: Path
+) -> None:
+    """transformers opens a GGUF's reader three times (config, tokenizer, weights); each parse of
+    Gemma's vocabulary took 18 s here, so the conversion hands them all one reader."""
+    import gguf
+
+    from appliance.engine.hf_loading import _parsed_once, load_pretrained
+    from appliance.errors import ApplianceError
+
+    reader_class = gguf.GGUFReader
+    with _parsed_once("smollm2", smollm2_path) as reader:
+        assert gguf.GGUFReader(str(smollm2_path)) is reader
+        assert gguf.GGUFReader(smollm2_path) is reader
+    assert gguf.GGUFReader is reader_class
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 64)
+    with pytest.raises(ApplianceError) as raised:
+        load_pretrained(None, "broken", broken, {})
+    assert str(raised.value).startswith(f"model 'broken': transformers could not load {broken}: ")
+    assert "\n" not in str(raised.value)

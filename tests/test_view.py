@@ -221,11 +221,11 @@ def test_the_comparison_page_draws_its_deltas(
 
 
 @pytest.mark.real_model
-def test_real_run_page_renders_and_five_ratings_round_trip(browser: tuple[Any, Path], tmp_path: Path) -> None:
+def test_real_run_page_renders_and_its_ratings_round_trip(browser: tuple[Any, Path], tmp_path: Path) -> None:
     db = tmp_path / "real.duckdb"
     played = cli(
         "run", "--scenario", "pingpong", "--players", "smollm2-135m", "--panel", "smollm2",
-        "--limit", "5", "--turns", "1", "--db", str(db), "--json",
+        "--limit", "3", "--turns", "1", "--db", str(db), "--json",
     )  # fmt: skip
     assert played.returncode == 0, played.stderr[-2000:]
     page = tmp_path / "page.html"
@@ -237,7 +237,7 @@ def test_real_run_page_renders_and_five_ratings_round_trip(browser: tuple[Any, P
     assert figures >= 4 and _rendered_plots(driver) == figures
     driver.save_screenshot(str(tmp_path / "leaderboard.png"))
     cards = driver.find_elements("css selector", "details.transcript")
-    assert len(cards) == 5
+    assert len(cards) == 3
     cards[0].find_element("css selector", "summary").click()
     with duckdb.connect(str(db), read_only=True) as con:
         stored = one_value(
@@ -259,13 +259,13 @@ def test_real_run_page_renders_and_five_ratings_round_trip(browser: tuple[Any, P
         for offset, criterion in enumerate(criteria):
             value = 1 + (number + offset) % 5
             card.find_element("css selector", f'input[data-criterion="{criterion}"][value="{value}"]').click()
-    assert driver.find_element("id", "rated-count").text == "5"
+    assert driver.find_element("id", "rated-count").text == "3"
     driver.save_screenshot(str(tmp_path / "rated.png"))
     driver.find_element("id", "export-labels").click()
     exported = downloads / f"labels-{data['runs'][0]['run_id']}.jsonl"
-    wait_until(lambda: exported.is_file() and exported.read_text().count("\n") == 5, "the exported labels")
+    wait_until(lambda: exported.is_file() and exported.read_text().count("\n") == 3, "the exported labels")
     lines = [json.loads(line) for line in exported.read_text().splitlines()]
-    assert len(lines) == 5 and {row["labels"][0]["annotator"] for row in lines} == {"tester"}
+    assert len(lines) == 3 and {row["labels"][0]["annotator"] for row in lines} == {"tester"}
 
     imported = cli("labels", "import", str(exported), "--format", "jsonl", "--kind", "dialogue",
                    "--name", "browser-ratings", "--db", str(db))  # fmt: skip
@@ -273,7 +273,7 @@ def test_real_run_page_renders_and_five_ratings_round_trip(browser: tuple[Any, P
     listed = cli("labels", "list", "--db", str(db), "--json")
     assert listed.returncode == 0, listed.stderr
     (row,) = [r for r in json.loads(listed.stdout) if r["label_set"] == "browser-ratings"]
-    assert row["items"] == 5 and row["labels"] == 5 * len(criteria)
+    assert row["items"] == 3 and row["labels"] == 3 * len(criteria)
     with duckdb.connect(str(db), read_only=True) as con:
         values = con.execute(
             "SELECT item_id, criterion, value FROM human_labels WHERE label_set = 'browser-ratings'"

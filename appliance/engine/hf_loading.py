@@ -1,18 +1,23 @@
 """Loading weights with torch and transformers, and a Hugging Face folder made once from a GGUF file.
 
-The transformers backend loads a folder, or a GGUF file through `gguf_file=` (transformers
-dequantises it). vLLM cannot read our GGUFs, so `hf_folder_from_gguf` saves that dequantised model
-once as a folder under the cache (`cache_dir()/hf/<file>-<sha256 prefix>-<dtype>`), stamped with
-the GGUF's sha256: a changed file is converted again, and a folder left half-written by a kill is
-never used (it is written aside and renamed when complete).
+transformers reads a GGUF through `gguf_file=` and dequantises it, but slowly (it parses the file's
+metadata once for the config, once for the tokenizer and once for the weights: 18 s a parse for
+Gemma's 262k-token vocabulary on a 2-core machine), and vLLM cannot read our GGUFs at all. So a GGUF
+is dequantised once, parsing it once, and saved as a folder under the cache
+(`cache_dir()/hf/<file>-<sha256 prefix>-<dtype>`) that the transformers and vLLM backends both load.
+The folder is stamped with the GGUF's sha256: a changed file is converted again, and a folder left
+half-written by a kill is never used (it is written aside and renamed when complete).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +53,17 @@ def model_placement(torch: Any, device: str | None, dtype: str | None, attention
 
 
 def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
-    """Tokenizer and model from a Hugging Face folder, or from a GGUF file (dequantised)."""
+    """Tokenizer and model from a Hugging Face folder, or from a GGUF file through the float32 folder
+    made once from it (`placement`'s dtype applies when that folder is loaded)."""
     if not path.exists():
         raise ApplianceError(f"model '{name}': {path} not found")
+    if path.is_file():
+        path = hf_folder_from_gguf(path, name)
+    return _from_pretrained(transformers, name, path, placement)
+
+
+def _from_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
+    """Tokenizer and model from a folder, or from a GGUF file dequantised by transformers."""
     source, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
@@ -58,10 +71,6 @@ def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[st
     except (OSError, ValueError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
-    if path.is_file():
-        # transformers' GGUF tokenizer never adds the BOS token; a model trained with one (Gemma) then
-        # reads every prompt wrong (" Paris" after "The capital of France is": -18.5 nats, not -5.5)
-        tokenizer.add_bos_token = _gguf_flag(path, "tokenizer.ggml.add_bos_token")
     return tokenizer, model
 
 
@@ -166,11 +175,38 @@ def peft_rank(folder: Path) -> int:
     return max([int(config.get("r", 8)), *(int(rank) for rank in (config.get("rank_pattern") or {}).values())])
 
 
-def _gguf_flag(gguf: Path, key: str) -> bool:
-    """A boolean of the GGUF's metadata (False when absent)."""
-    from gguf import GGUFReader
+_READER_SWAP = threading.Lock()
 
-    field = GGUFReader(str(gguf)).fields.get(key)
+
+@contextmanager
+def _parsed_once(name: str, gguf: Path) -> Iterator[Any]:
+    """The GGUF's reader, parsed once; inside the block every `gguf.GGUFReader` of this file (the
+    three transformers opens) is that one. Readers of other files, or opened otherwise, are new."""
+    gguf_package: Any = importlib.import_module("gguf")  # its reader class is swapped for the block
+    opened = gguf_package.GGUFReader
+    try:
+        reader = opened(str(gguf))
+    except (OSError, ValueError, IndexError, KeyError) as error:  # what gguf raises on a bad file
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ApplianceError(f"model '{name}': transformers could not load {gguf}: {first}") from None
+    target = os.path.realpath(gguf)
+
+    def shared(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and os.path.realpath(path) == target:
+            return reader
+        return opened(path, *args, **kwargs)
+
+    with _READER_SWAP:
+        gguf_package.GGUFReader = shared
+        try:
+            yield reader
+        finally:
+            gguf_package.GGUFReader = opened
+
+
+def _gguf_flag(reader: Any, key: str) -> bool:
+    """A boolean of the GGUF's metadata (False when absent)."""
+    field = reader.fields.get(key)
     return bool(field is not None and field.parts[field.data[0]][0])
 
 
@@ -182,7 +218,11 @@ def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
     if (target / STAMP).is_file() and (target / STAMP).read_text() == stamp:
         return target
     torch, transformers = import_torch_stack()
-    tokenizer, model = load_pretrained(transformers, name, gguf, model_placement(torch, None, dtype, None))
+    with _parsed_once(name, gguf) as reader:
+        tokenizer, model = _from_pretrained(transformers, name, gguf, model_placement(torch, None, dtype, None))
+    # transformers' GGUF tokenizer never adds the BOS token; a model trained with one (Gemma) then
+    # reads every prompt wrong (" Paris" after "The capital of France is": -18.5 nats, not -5.5)
+    tokenizer.add_bos_token = _gguf_flag(reader, "tokenizer.ggml.add_bos_token")
     # transformers marks a GGUF-loaded model as quantised and refuses to save it; its weights are
     # already dequantised, so the marking is dropped
     model.hf_quantizer = None

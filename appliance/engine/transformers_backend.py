@@ -1,7 +1,7 @@
 """The transformers backend: torch + transformers on CPU or GPU, continuously batched.
 
-Loads a Hugging Face folder, or a GGUF file through `gguf_file=` (transformers
-dequantises it to float32). Requests join and leave the batch between decode
+Loads a Hugging Face folder, or a GGUF file through the float32 folder made once
+from it (`hf_loading.hf_folder_from_gguf`). Requests join and leave the batch between decode
 steps, and a conversation's cache is kept between its turns
 (`transformers_batching.py`). What it does not do, and the llama.cpp backend
 does: fork one prompt's prefill for another's shared prefix, and enforce
