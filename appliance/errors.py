@@ -18,6 +18,12 @@ class ApplianceError(Exception):
     """A problem with the user's input or configuration (exit code 2)."""
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line, for a one-line message; its type's name when it says nothing."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def describe_validation_error(source: str | Path, error: ValidationError) -> str:
     """Turn a pydantic error into one line naming the file, the field and the problem."""
     first = error.errors()[0]

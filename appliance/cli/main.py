@@ -41,7 +41,7 @@ from appliance.cli.options import (  # noqa: E402
 from appliance.cli.store import merge, store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
 from appliance.cluster import ClusterOptions  # noqa: E402
-from appliance.errors import ApplianceError  # noqa: E402
+from appliance.errors import ApplianceError, first_line  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts  # noqa: E402
 from appliance.judging.panels import Panel  # noqa: E402
 from appliance.paths import project_root  # noqa: E402
@@ -637,9 +637,8 @@ def main() -> None:
             error.show()
             sys.exit(error.exit_code)
         if type(error).__module__.startswith("duckdb"):  # a block failed its checksum mid-command
-            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
             error_console.print(
-                f"error: the store could not be read ({first_line}); check it with 'appliance store check' "
+                f"error: the store could not be read ({first_line(error)}); check it with 'appliance store check' "
                 "and rebuild it from its journal with 'appliance store repair' (both take --db)",
                 markup=False,
                 highlight=False,

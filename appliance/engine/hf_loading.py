@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import cache_dir, sha256_of, sha256_of_tree
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, first_line
 
 #: the file in a converted folder that holds the sha256 of the GGUF it came from and the conversion's
 #: version (a folder made by an older conversion is made again)
@@ -69,8 +69,7 @@ def _from_pretrained(transformers: Any, name: str, path: Path, placement: dict[s
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, **extra)
         model = transformers.AutoModelForCausalLM.from_pretrained(source, local_files_only=True, **placement, **extra)
     except (OSError, ValueError) as error:
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ApplianceError(f"model '{name}': transformers could not load {path}: {first}") from None
+        raise ApplianceError(f"model '{name}': transformers could not load {path}: {first_line(error)}") from None
     return tokenizer, model
 
 
@@ -187,8 +186,7 @@ def _parsed_once(name: str, gguf: Path) -> Iterator[Any]:
     try:
         reader = opened(str(gguf))
     except (OSError, ValueError, IndexError, KeyError) as error:  # what gguf raises on a bad file
-        first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ApplianceError(f"model '{name}': transformers could not load {gguf}: {first}") from None
+        raise ApplianceError(f"model '{name}': transformers could not load {gguf}: {first_line(error)}") from None
     target = os.path.realpath(gguf)
 
     def shared(path: Any, *args: Any, **kwargs: Any) -> Any:

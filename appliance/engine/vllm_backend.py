@@ -39,7 +39,7 @@ from appliance.engine.scoring import (
     scored_completion,
 )
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, first_line
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 FALLBACK_KV_BYTES = 2**30
@@ -79,11 +79,6 @@ def _import_vllm(model: str) -> Any:
             "or the vllm wheel on a GPU machine"
         ) from None
     return vllm
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _on_cpu() -> bool:
@@ -168,12 +163,12 @@ class VllmBackend:
                 **(engine | vllm_engine_options(spec)),
             )
         except Exception as error:  # vLLM raises many kinds (config, weights, memory): each is one line here
-            raise ApplianceError(f"model '{spec.name}': vLLM could not load {path}: {_first_line(error)}") from None
+            raise ApplianceError(f"model '{spec.name}': vLLM could not load {path}: {first_line(error)}") from None
         for lora in self.loras.values():  # read each adapter now: a broken file fails here, not mid-run
             try:
                 self.llm.llm_engine.add_lora(lora)
             except Exception as error:
-                reason = _first_line(error)
+                reason = first_line(error)
                 raise ApplianceError(
                     f"model '{lora.lora_name}': adapter {lora.lora_path} does not load on its base: {reason}"
                 ) from None

@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, first_line
 from appliance.store.instance_sets import write_instance_set
 from appliance.store.journal import Journal, JournalRecord, Stream, journal_folder, run_stream
 from appliance.store.labels import store_if_missing
@@ -186,9 +186,7 @@ def check_store(db: Path) -> CheckReport:
             journaled = {run.run_id for run in runs}
             unjournaled = [str(r) for (r,) in stored.query("SELECT run_id FROM runs ORDER BY 1") if r not in journaled]
         except duckdb.Error as error:  # a block failed its checksum
-            raise ApplianceError(
-                f"{db}: the store cannot be read: {str(error).splitlines()[0]}{repair_hint(db)}"
-            ) from None
+            raise ApplianceError(f"{db}: the store cannot be read: {first_line(error)}{repair_hint(db)}") from None
     return CheckReport(runs, unjournaled, other)
 
 
@@ -258,7 +256,7 @@ def _copy_readable(rebuilt: Store, db: Path, journaled: list[str], report: Repai
         version = connection.execute("SELECT max(version) FROM damaged.schema_version").fetchone()
     except duckdb.Error as error:
         report.lost.append(
-            f"{db} could not be opened ({str(error).splitlines()[0]}): runs without a journal, label sets, "
+            f"{db} could not be opened ({first_line(error)}): runs without a journal, label sets, "
             "cached label verdicts and benches (re-import label sets with 'appliance labels import')"
         )
         return
