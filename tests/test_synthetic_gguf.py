@@ -82,3 +82,31 @@ def test_the_decode_only_bench_measures_any_llama_cpp_entry(tmp_path: Path, tiny
         pytest.skip("this llama-cpp-python build offloads to a GPU: the refusal cannot be shown here")
     refused = cli("bench", "--decode-only", "--quick", "--model", "tiny-gpu", "--models", str(models))
     assert_clean_error(refused, "tiny-gpu", "gpu_layers")
+
+
+@pytest.mark.real_model
+def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Path, tmp_path: Path) -> None:
+    """The end-to-end workload at two sizes, on a synthetic model standing in for both default judges and
+    the player (one slot each, so the larger point waits for slots and evicts). The default panel's
+    follow-ups make scoring requests that share their conversation's prefix."""
+    models = tmp_path / "models.toml"
+    entry = f'path = "{tiny_gguf}"\ncontext_length = 2048\nchat_format = "gguf"\nslots = 1\n'
+    models.write_text(f"[models.smollm2-135m]\n{entry}\n[models.gemma3-270m]\n{entry}")
+    out = tmp_path / "bench"
+    result = cli("bench", "--scaling", "1,2", "--quick", "--models", str(models), "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert (report["turns"], report["panel"]) == (2, ["smollm2-135m", "gemma3-270m"])
+    assert report["engines"] == {"smollm2-135m": [1, 2048, None], "gemma3-270m": [1, 2048, None]}
+    points = report["points"]
+    assert [(p["conversations"], p["episodes"]) for p in points] == [(1, 1), (2, 2)]
+    for point in points:
+        assert 0 < point["distinct_prompt_tokens"] <= point["prefill_tokens"] + point["cached_prompt_tokens"]
+        assert point["decode_tokens"] > 0 and point["peak_kv_cells"] > 0 and point["peak_rss_mb"] > 100
+    # twice the conversations, about twice the distinct prompt tokens (the instances differ)
+    assert points[1]["distinct_prompt_tokens"] > points[0]["distinct_prompt_tokens"] * 1.5
+    (markdown,) = out.glob("*-scaling.md")
+    rows = [line for line in markdown.read_text().splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and rows[0].split("|")[5].strip() == "1.00"  # the smallest point is its own unit
+    assert_clean_error(cli("bench", "--scaling", "16,x", "--models", str(models)), "--scaling", "'x'")
+    assert_clean_error(cli("bench", "--scaling", "0", "--models", str(models)), "--scaling", "'0'")

@@ -266,7 +266,7 @@ def _pingpong(
             seed=plan.seed,
             parallel=plan.conversations,
         )
-        arm, texts = appliance_arm(catalog, pingpong, config)
+        arm, texts, _ = appliance_arm(catalog, pingpong, config)
         e2e = with_side_arm(e2e, "llama_cpp", arm, texts)
         say(f"    the appliance on llama.cpp {arm.wall_s:.1f} s ({e2e.llama_cpp_messages_differing} messages differ)")
     return e2e

@@ -250,11 +250,22 @@ def workload_config(
     )
 
 
-def appliance_arm(catalog: Catalog, family: ScenarioFamily, config: RunConfig) -> tuple[ArmResult, list[str]]:
-    """The appliance alone on the workload (a temporary store): its figures and every stored message's text."""
+def appliance_arm(
+    catalog: Catalog, family: ScenarioFamily, config: RunConfig
+) -> tuple[ArmResult, list[str], dict[str, int]]:
+    """The appliance alone on the workload (a temporary store): its figures, every stored message's text and,
+    per llama.cpp model, the distinct prompt tokens of what it was asked."""
     with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
-        arm, transcript, _ = _arm(catalog, config, family, Path(folder) / "appliance.duckdb", "appliance")
-    return arm, _message_texts(transcript)
+        arm, transcript, recorders = _arm(catalog, config, family, Path(folder) / "appliance.duckdb", "appliance")
+    return arm, _message_texts(transcript), distinct_prompt_tokens(recorders)
+
+
+def distinct_prompt_tokens(recorders: list[RecordingBackend]) -> dict[str, int]:
+    """Per model, the prefix tree of every prompt its recorders saw (llama.cpp models; others record none)."""
+    prompts: dict[str, list[list[int]]] = {}
+    for recorder in recorders:
+        prompts.setdefault(recorder.name, []).extend(recorder.prompts)
+    return {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
 
 
 def with_side_arm(e2e: EndToEndResult, side: SideArm, arm: ArmResult, texts: list[str]) -> EndToEndResult:
@@ -312,7 +323,7 @@ def end_to_end(
     for recorder in our_backends:
         prompts.setdefault(recorder.name, []).extend(recorder.prompts)
         decoded[recorder.name] += recorder.counters.completion_tokens
-    unique = {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
+    unique = distinct_prompt_tokens(our_backends)
     differing = count_differing(ours, theirs)
     requests_differing = count_differing(served, served_baseline)
     unmatched = (Counter(served) - Counter(served_baseline)).elements()

@@ -380,6 +380,13 @@ def bench(
     ] = None,
     scenario: Annotated[str, typer.Option(help="--adapters: the scenario played")] = "clembench",
     limit: Annotated[int, typer.Option(min=1, help="--adapters: instances per game or family")] = 6,
+    scaling: Annotated[
+        str | None,
+        typer.Option(
+            help="the end-to-end workload alone at these conversation counts (e.g. 16,64,256), each point a "
+            "fresh process (wall time, tokens/s, prefilled/distinct, peak RSS)"
+        ),
+    ] = None,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
@@ -391,6 +398,23 @@ def bench(
 
         adapter_bench = run_adapter_bench(catalog, adapters, scenario, limit)
         _say_written(adapter_bench, write_adapter_bench(adapter_bench, out), as_json)
+        return
+    if scaling is not None:
+        from appliance.bench.scaling import parse_sizes, run_scaling_bench, write_scaling_bench
+        from appliance.bench.suite import BenchPlan
+
+        sizes = parse_sizes(scaling)
+        plan = BenchPlan.quick() if quick else BenchPlan()
+        scaling_bench = run_scaling_bench(
+            catalog,
+            load_panel(panel or "default", catalog),
+            sizes,
+            player=model or plan.model,
+            turns=plan.turns,
+            seed=plan.seed,
+            say=(lambda text: None) if as_json else console.print,
+        )
+        _say_written(scaling_bench, write_scaling_bench(scaling_bench, out), as_json)
         return
     if backend != "llama_cpp":
         chosen = None if panel is None else load_panel(panel, catalog)
