@@ -257,15 +257,20 @@ def appliance_arm(
     per llama.cpp model, the distinct prompt tokens of what it was asked."""
     with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
         arm, transcript, recorders = _arm(catalog, config, family, Path(folder) / "appliance.duckdb", "appliance")
-    return arm, _message_texts(transcript), distinct_prompt_tokens(recorders)
+    return arm, _message_texts(transcript), distinct_prompt_tokens(prompts_by_model(recorders))
 
 
-def distinct_prompt_tokens(recorders: list[RecordingBackend]) -> dict[str, int]:
-    """Per model, the prefix tree of every prompt its recorders saw (llama.cpp models; others record none)."""
+def prompts_by_model(recorders: list[RecordingBackend]) -> dict[str, list[list[int]]]:
+    """Every prompt the recorders saw, by model (llama.cpp models; other backends record none)."""
     prompts: dict[str, list[list[int]]] = {}
     for recorder in recorders:
         prompts.setdefault(recorder.name, []).extend(recorder.prompts)
-    return {name: unique_prefix_tokens(found) for name, found in prompts.items() if found}
+    return {name: found for name, found in prompts.items() if found}
+
+
+def distinct_prompt_tokens(prompts: dict[str, list[list[int]]]) -> dict[str, int]:
+    """Per model, the nodes of its prompts' prefix tree: what no cache can avoid computing."""
+    return {name: unique_prefix_tokens(found) for name, found in prompts.items()}
 
 
 def with_side_arm(e2e: EndToEndResult, side: SideArm, arm: ArmResult, texts: list[str]) -> EndToEndResult:
@@ -318,12 +323,11 @@ def end_to_end(
         )
     served = [item for recorder in our_backends for item in recorder.served]
     served_baseline = [item for recorder in their_backends for item in recorder.served]
-    prompts: dict[str, list[list[int]]] = {}
+    prompts = prompts_by_model(our_backends)
     decoded: Counter[str] = Counter()
     for recorder in our_backends:
-        prompts.setdefault(recorder.name, []).extend(recorder.prompts)
         decoded[recorder.name] += recorder.counters.completion_tokens
-    unique = distinct_prompt_tokens(our_backends)
+    unique = distinct_prompt_tokens(prompts)
     differing = count_differing(ours, theirs)
     requests_differing = count_differing(served, served_baseline)
     unmatched = (Counter(served) - Counter(served_baseline)).elements()
@@ -349,7 +353,7 @@ def end_to_end(
         decode_tokens_by_model=dict(decoded),
         prefill_ratio=appliance.prefill_tokens / sum(unique.values()) if unique else None,
         message_texts=_message_texts(ours),
-        prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items() if found},
+        prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items()},
     )
 
 

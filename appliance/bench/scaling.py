@@ -98,11 +98,8 @@ def run_scaling_bench(
             f"peak RSS {point.peak_rss_mb:.0f} MB"
         )
         points.append(point)
-    engines = {
-        name: (spec.slots, spec.context_length, spec.kv_budget_mb)
-        for name in dict.fromkeys([player, *panel.judges])
-        for spec in [catalog.get(name)]
-    }
+    specs = [catalog.get(name) for name in dict.fromkeys([player, *panel.judges])]
+    engines = {spec.name: (spec.slots, spec.context_length, spec.kv_budget_mb) for spec in specs}
     return ScalingBench(
         bench_id=datetime.now().strftime("%Y%m%d-%H%M%S"),
         machine=describe_machine(),
