@@ -142,6 +142,24 @@ def test_scoring_logprobs_equal_the_raw_llama_cpp_api_batched_reused_and_alone(s
     assert_batch_invariant(smollm2, requests, batched)
 
 
+def test_the_rows_a_request_reads_are_the_log_probabilities_it_returns(smollm2: LlamaCppBackend) -> None:
+    """The bench counts each request's read rows (`request_reads`) for its ideal time: one per continuation token,
+    one more for choices, and a generation's last position."""
+    requests = [
+        GenerationRequest(prompt=CONTEXT, scoring=ScoringRequest(continuation=CONTINUATIONS[0])),
+        GenerationRequest(prompt=CONTEXT, scoring=ScoringRequest(continuation=CONTINUATIONS[1], choices=(" yes",))),
+    ]
+    for request, completion in zip(requests, run_all(smollm2, requests), strict=True):
+        tokens, reads = smollm2.request_reads(request)
+        assert completion.scores is not None and completion.prompt_tokens == len(tokens)
+        returned = len(completion.scores.token_logprobs) + (1 if completion.scores.choice_logprobs else 0)
+        assert len(reads) == returned and reads.start == len(smollm2.request_reads(request.model_copy(
+            update={"scoring": None}))[0]) - 1  # fmt: skip
+    generation = GenerationRequest(prompt=CONTEXT)
+    tokens, reads = smollm2.request_reads(generation)
+    assert list(reads) == [len(tokens) - 1]
+
+
 def assert_batch_invariant(
     backend: LlamaCppBackend, requests: list[GenerationRequest], batched: list[Completion]
 ) -> None:

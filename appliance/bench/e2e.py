@@ -36,6 +36,22 @@ ArmKind = Literal["appliance", "single-slot", "stateless"]
 SideArm = Literal["plain", "llama_cpp"]
 #: what one served request is compared by: model, prompt tokens (or text), outcome
 Served = tuple[str, tuple[Any, ...], tuple[Any, ...]]
+#: a request as a llama.cpp model computes it: every token it prefills, and the positions whose logits it reads
+ReadPrompt = tuple[list[int], range]
+#: prompts kept per model for measuring the raw prefill rate on the workload's own text
+PROMPT_SAMPLE = 32
+
+
+class Workload(BaseModel):
+    """What a workload asked of each llama.cpp model, counted as no engine could do less: every distinct prompt
+    token (the prefix tree of all prompts) and every distinct logits row read (a row is the prefix it ends) once,
+    and every generated token."""
+
+    distinct_prompt_tokens: dict[str, int] = {}
+    read_rows: dict[str, int] = {}
+    decode_tokens: dict[str, int] = {}
+    #: per model, some of the workload's prompts (the raw prefill rate is measured on them); not saved
+    prompt_sample: dict[str, list[list[int]]] = Field(default={}, exclude=True)
 
 
 class ArmResult(BaseModel):
@@ -93,16 +109,12 @@ class EndToEndResult(BaseModel):
     requests_differing: int = 0
     #: the differing requests by model and kind ("smollm2-135m/generation"), for whoever looks into them
     differing_by_kind: dict[str, int] = {}
-    #: per model, from the appliance arm: distinct prompt tokens (the prefix tree of every request's
-    #: prompt: what no cache can avoid computing) and generated tokens; the ideal time's inputs
-    unique_prefill_tokens_by_model: dict[str, int] = {}
-    decode_tokens_by_model: dict[str, int] = {}
+    #: what the appliance arm asked of each model, the ideal time's inputs
+    workload: Workload = Workload()
     #: the appliance's prefilled tokens / the distinct prompt tokens (1.0: each computed once)
     prefill_ratio: float | None = None
     #: the text of every message the appliance arm stored (verdicts aside); not saved
     message_texts: list[str] = Field(default=[], exclude=True)
-    #: per model, some of the workload's prompts (the raw prefill rate is measured on them); not saved
-    prompt_sample: dict[str, list[list[int]]] = Field(default={}, exclude=True)
 
 
 def sequential_backend(catalog: Catalog, spec: ModelSpec, *, reuse: bool) -> Backend:
@@ -126,14 +138,14 @@ class RecordingBackend:
         self.name = inner.name
         self.counters: BackendCounters = inner.counters
         self.served: list[Served] = []
-        self.prompts: list[list[int]] = []
+        self.prompts: list[ReadPrompt] = []
         self._pending: dict[int, tuple[Any, ...]] = {}
 
     def submit(self, request: GenerationRequest) -> int:
         ticket = self.inner.submit(request)
         if isinstance(self.inner, LlamaCppBackend):
-            tokens = self.inner.request_tokens(request)
-            self.prompts.append(tokens)
+            tokens, reads = self.inner.request_reads(request)
+            self.prompts.append((tokens, reads))
             self._pending[ticket] = tuple(tokens)
         else:
             scoring = request.scoring.continuation if request.scoring is not None else None
@@ -217,6 +229,20 @@ def unique_prefix_tokens(prompts: list[list[int]]) -> int:
     return total
 
 
+def distinct_read_rows(prompts: list[ReadPrompt]) -> int:
+    """Logits rows the prompts read, each counted once: a row is a function of the prefix it ends, so prompts
+    that share their tokens up to a read position read the same numbers there."""
+    nodes: dict[tuple[int, int], int] = {}
+    read: set[int] = set()
+    for tokens, reads in prompts:
+        node = 0
+        for position, token in enumerate(tokens[: reads.stop]):
+            node = nodes.setdefault((node, token), len(nodes) + 1)
+            if position >= reads.start:
+                read.add(node)
+    return len(read)
+
+
 def count_differing(ours: list[Any], theirs: list[Any]) -> int:
     """Items of either list without an identical twin in the other (order ignored: the arms interleave)."""
     a, b = Counter(ours), Counter(theirs)
@@ -250,27 +276,32 @@ def workload_config(
     )
 
 
-def appliance_arm(
-    catalog: Catalog, family: ScenarioFamily, config: RunConfig
-) -> tuple[ArmResult, list[str], dict[str, int]]:
-    """The appliance alone on the workload (a temporary store): its figures, every stored message's text and,
-    per llama.cpp model, the distinct prompt tokens of what it was asked."""
+def appliance_arm(catalog: Catalog, family: ScenarioFamily, config: RunConfig) -> tuple[ArmResult, list[str], Workload]:
+    """The appliance alone on the workload (a temporary store): its figures, every stored message's text and
+    what it asked of each llama.cpp model."""
     with tempfile.TemporaryDirectory(prefix="appliance-bench-") as folder:
         arm, transcript, recorders = _arm(catalog, config, family, Path(folder) / "appliance.duckdb", "appliance")
-    return arm, _message_texts(transcript), distinct_prompt_tokens(prompts_by_model(recorders))
+    return arm, _message_texts(transcript), count_workload(recorders)
 
 
-def prompts_by_model(recorders: list[RecordingBackend]) -> dict[str, list[list[int]]]:
-    """Every prompt the recorders saw, by model (llama.cpp models; other backends record none)."""
-    prompts: dict[str, list[list[int]]] = {}
+def count_workload(recorders: list[RecordingBackend]) -> Workload:
+    """Per llama.cpp model (other backends record no prompts): distinct prompt tokens, distinct logits rows read,
+    generated tokens, and an even sample of the prompts."""
+    prompts: dict[str, list[ReadPrompt]] = {}
+    decoded: Counter[str] = Counter()
     for recorder in recorders:
         prompts.setdefault(recorder.name, []).extend(recorder.prompts)
-    return {name: found for name, found in prompts.items() if found}
-
-
-def distinct_prompt_tokens(prompts: dict[str, list[list[int]]]) -> dict[str, int]:
-    """Per model, the nodes of its prompts' prefix tree: what no cache can avoid computing."""
-    return {name: unique_prefix_tokens(found) for name, found in prompts.items()}
+        decoded[recorder.name] += recorder.counters.completion_tokens
+    prompts = {name: found for name, found in prompts.items() if found}
+    return Workload(
+        distinct_prompt_tokens={name: unique_prefix_tokens([t for t, _ in found]) for name, found in prompts.items()},
+        read_rows={name: distinct_read_rows(found) for name, found in prompts.items()},
+        decode_tokens={name: decoded[name] for name in prompts},
+        prompt_sample={
+            name: [t for t, _ in found[:: max(1, len(found) // PROMPT_SAMPLE)][:PROMPT_SAMPLE]]
+            for name, found in prompts.items()
+        },
+    )
 
 
 def with_side_arm(e2e: EndToEndResult, side: SideArm, arm: ArmResult, texts: list[str]) -> EndToEndResult:
@@ -323,11 +354,8 @@ def end_to_end(
         )
     served = [item for recorder in our_backends for item in recorder.served]
     served_baseline = [item for recorder in their_backends for item in recorder.served]
-    prompts = prompts_by_model(our_backends)
-    decoded: Counter[str] = Counter()
-    for recorder in our_backends:
-        decoded[recorder.name] += recorder.counters.completion_tokens
-    unique = distinct_prompt_tokens(prompts)
+    workload = count_workload(our_backends)
+    distinct = sum(workload.distinct_prompt_tokens.values())
     differing = count_differing(ours, theirs)
     requests_differing = count_differing(served, served_baseline)
     unmatched = (Counter(served) - Counter(served_baseline)).elements()
@@ -349,11 +377,9 @@ def end_to_end(
         requests_compared=len(served),
         requests_differing=requests_differing,
         differing_by_kind=dict(by_kind),
-        unique_prefill_tokens_by_model=unique,
-        decode_tokens_by_model=dict(decoded),
-        prefill_ratio=appliance.prefill_tokens / sum(unique.values()) if unique else None,
+        workload=workload,
+        prefill_ratio=appliance.prefill_tokens / distinct if distinct else None,
         message_texts=_message_texts(ours),
-        prompt_sample={name: found[:: max(1, len(found) // 32)][:32] for name, found in prompts.items()},
     )
 
 
@@ -386,7 +412,7 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         *(
             [
                 f"The appliance prefilled {e2e.appliance.prefill_tokens} tokens for "
-                f"{sum(e2e.unique_prefill_tokens_by_model.values())} distinct prompt tokens: "
+                f"{sum(e2e.workload.distinct_prompt_tokens.values())} distinct prompt tokens: "
                 f"{e2e.prefill_ratio:.2f}x. Caches copied back from host memory served "
                 f"{e2e.appliance.restored_tokens} prompt tokens ({e2e.appliance.saved_caches} caches saved, "
                 f"peak {e2e.appliance.host_cache_peak_mb:.0f} MB).",

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from appliance.bench.decode import RawConfig
 from appliance.bench.e2e import appliance_arm, workload_config
+from appliance.bench.ideal import IdealTime, ideal_markdown, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.memory import peak_rss_kilobytes
 from appliance.bench.outputs import write_bench_files
@@ -45,8 +47,10 @@ class ScalingPoint(BaseModel):
     #: the prefix tree of every prompt the llama.cpp models were asked: computed once at best
     distinct_prompt_tokens: int
     peak_kv_cells: int
-    #: the point's process, from start to end (imports and model loads included)
+    #: the point's process, from start to the end of the workload (imports and model loads included)
     peak_rss_mb: float
+    #: the workload's ideal time, measured after it in the same process (its raw loops are not in the peak RSS)
+    ideal: IdealTime | None = None
 
     @property
     def prefill_ratio(self) -> float:
@@ -96,6 +100,7 @@ def run_scaling_bench(
             f"  {point.wall_s:.1f} s ({point.seconds_per_conversation:.1f} s per conversation), "
             f"{point.tokens_per_s:.0f} tok/s, prefilled/distinct {point.prefill_ratio:.2f}, "
             f"peak RSS {point.peak_rss_mb:.0f} MB"
+            + (f", {point.ideal.appliance_multiple:.2f}x the ideal" if point.ideal is not None else "")
         )
         points.append(point)
     specs = [catalog.get(name) for name in dict.fromkeys([player, *panel.judges])]
@@ -143,7 +148,10 @@ def measure_point(
         seed=seed,
         parallel=conversations,
     )
-    arm, _, distinct = appliance_arm(catalog, pingpong, config)
+    arm, _, workload = appliance_arm(catalog, pingpong, config)
+    peak_rss_mb = peak_rss_kilobytes() / 1024
+    spec = catalog.get(player)
+    raw = RawConfig(flash_attention=spec.flash_attention, kv_unified=spec.kv_unified)
     return ScalingPoint(
         conversations=conversations,
         turns=turns,
@@ -152,9 +160,10 @@ def measure_point(
         prefill_tokens=arm.prefill_tokens,
         cached_prompt_tokens=arm.cached_prompt_tokens,
         decode_tokens=arm.decode_tokens,
-        distinct_prompt_tokens=sum(distinct.values()),
+        distinct_prompt_tokens=sum(workload.distinct_prompt_tokens.values()),
         peak_kv_cells=arm.peak_kv_cells,
-        peak_rss_mb=peak_rss_kilobytes() / 1024,
+        peak_rss_mb=peak_rss_mb,
+        ideal=ideal_time(catalog, workload, arm.wall_s, raw, sequences=conversations, seed=seed),
     )
 
 
@@ -174,13 +183,14 @@ def render_scaling_bench(bench: ScalingBench) -> str:
         f"{bench.panel}, seed {bench.seed}; every point a fresh process. Engines: {engines}.",
         "",
         "| conversations | episodes | wall s | s per conversation | x smallest point's | tokens/s | prefilled "
-        "| distinct | prefilled / distinct | generated | peak KV cells | peak RSS MB |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| distinct | prefilled / distinct | generated | peak KV cells | peak RSS MB | x ideal |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *[
             f"| {p.conversations} | {p.episodes} | {p.wall_s:.1f} | {p.seconds_per_conversation:.2f} | "
             f"{p.seconds_per_conversation / first.seconds_per_conversation:.2f} | {p.tokens_per_s:.0f} | "
             f"{p.prefill_tokens} | {p.distinct_prompt_tokens} | {p.prefill_ratio:.2f} | {p.decode_tokens} | "
-            f"{p.peak_kv_cells} | {p.peak_rss_mb:.0f} |"
+            f"{p.peak_kv_cells} | {p.peak_rss_mb:.0f} | "
+            f"{f'{p.ideal.appliance_multiple:.2f}' if p.ideal is not None else '-'} |"
             for p in bench.points
         ],
         "",
@@ -188,6 +198,9 @@ def render_scaling_bench(bench: ScalingBench) -> str:
         "costs more as the work grows.",
         "",
     ]
+    for p in bench.points:
+        if p.ideal is not None:
+            lines += [f"### The ideal time at {p.conversations} conversations", "", *ideal_markdown(p.ideal), ""]
     return "\n".join(lines)
 
 

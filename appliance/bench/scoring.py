@@ -144,8 +144,8 @@ def scoring_bench(backend: LlamaCppBackend, template: ScoringTemplate, items: in
     computed = request_tokens - (backend.counters.cached_prompt_tokens - before[1])
     sequences = []
     for request in served:  # each scored from its prompt's last token on
-        prompt = backend.request_tokens(request.model_copy(update={"scoring": None}))
-        sequences.append((backend.request_tokens(request), len(prompt) - 1))
+        tokens, reads = backend.request_reads(request)
+        sequences.append((tokens, reads.start))
     raw_s = raw_prefill(backend.model, sequences)
     raw_rate = sum(len(tokens) for tokens, _ in sequences) / raw_s
     return ScoringBench(

@@ -25,7 +25,7 @@ from appliance.bench.decode import DecodePoint, RawConfig, decode_point, fastest
 from appliance.bench.e2e import EndToEndResult, end_to_end, markdown_lines
 from appliance.bench.grammar import GrammarBench, grammar_bench
 from appliance.bench.grammar import markdown_lines as grammar_lines
-from appliance.bench.ideal import IdealTime, ideal_time
+from appliance.bench.ideal import IdealTime, ideal_markdown, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.memory import MemoryResult
 from appliance.bench.outputs import write_bench_files
@@ -128,10 +128,13 @@ def run_bench(
     raw_config, raw_configs = _ceiling(catalog, plan, say)
     points = _decode_points(catalog, plan, raw_config, say)
     e2e = _pingpong_end_to_end(catalog, panel, plan, say, stateless=stateless)
-    ideal = ideal_time(catalog, e2e, raw_config, seed=plan.seed)
+    ideal = ideal_time(
+        catalog, e2e.workload, e2e.appliance.wall_s, raw_config, sequences=e2e.conversations, seed=plan.seed
+    )
     say(
-        f"  ideal time {ideal.ideal_s:.1f} s (unique prefill {ideal.unique_prefill_tokens}, decode "
-        f"{ideal.decode_tokens}); the appliance took {ideal.appliance_multiple:.2f}x of it"
+        f"  ideal time {ideal.ideal_s:.1f} s (distinct prompt tokens {ideal.workload.distinct_prompt_tokens}, "
+        f"rows read {ideal.workload.read_rows}, decode {ideal.workload.decode_tokens}); the appliance took "
+        f"{ideal.appliance_multiple:.2f}x of it ({ideal.appliance_multiple_without_rows:.2f}x without the rows)"
     )
     say(f"memory: {plan.memory_conversations} live conversations, KV budget {plan.memory_budget_mb} MB")
     memory = _memory_in_subprocess(catalog.resolve_path(catalog.get(plan.model)), plan)
@@ -479,21 +482,10 @@ def _decode_lines(
 def _ideal_lines(ideal: IdealTime | None) -> list[str]:
     if ideal is None:
         return []
-    rows = [
-        f"| {name} | {ideal.unique_prefill_tokens.get(name, 0)} | {ideal.raw_prefill_tokens_per_s.get(name, 0):.0f} | "
-        f"{ideal.decode_tokens.get(name, 0)} | {ideal.raw_decode_tokens_per_s.get(name, 0):.0f} |"
-        for name in ideal.raw_prefill_tokens_per_s
-    ]
     return [
         "### Ideal time of this workload",
         "",
-        "| model | distinct prompt tokens | raw prefill tok/s | decode tokens | raw decode tok/s "
-        f"({ideal.decode_sequences} sequences) |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        *rows,
-        "",
-        f"Ideal {ideal.ideal_s:.1f} s (a lower bound: turns depend on each other); the appliance took "
-        f"{ideal.appliance_multiple:.2f}x of it.",
+        *ideal_markdown(ideal),
         "",
     ]
 

@@ -220,10 +220,14 @@ class LlamaCppBackend:
         """A scored continuation is tokenised on its own, as it continues the prompt."""
         return self.model.tokenize(text, parse_special=False, add_bos=False)
 
-    def request_tokens(self, request: GenerationRequest) -> list[int]:
-        """Every token a request prefills (a scoring request's continuation included), for benchmarks."""
+    def request_reads(self, request: GenerationRequest) -> tuple[list[int], range]:
+        """Every token a request prefills (a scoring request's continuation included) and the positions whose
+        logits it reads (a generation: its last; a scoring request: its prompt's last token on), for benchmarks."""
         tokens, _ = self._prompt(request)
-        return tokens + (self._continuation(request.scoring.continuation) if request.scoring is not None else [])
+        if request.scoring is None:
+            return tokens, range(len(tokens) - 1, len(tokens))
+        whole = tokens + self._continuation(request.scoring.continuation)
+        return whole, range(len(tokens) - 1, len(whole) - (0 if request.scoring.choices else 1))
 
     def _plan_scoring(self, job: _Job) -> None:
         """The continuation joins the prompt's tokens."""
