@@ -100,21 +100,22 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     assert report["engines"] == {"smollm2-135m": [1, 2048, None], "gemma3-270m": [1, 2048, None]}
     points = report["points"]
     assert [(p["conversations"], p["episodes"]) for p in points] == [(1, 1), (2, 2)]
-    for point in points:
-        assert 0 < point["distinct_prompt_tokens"] <= point["prefill_tokens"] + point["cached_prompt_tokens"]
+    distinct = [sum(point["ideal"]["workload"]["distinct_prompt_tokens"].values()) for point in points]
+    for point, distinct_tokens in zip(points, distinct, strict=True):
+        assert 0 < distinct_tokens <= point["prefill_tokens"] + point["cached_prompt_tokens"]
         assert point["decode_tokens"] > 0 and point["peak_kv_cells"] > 0 and point["peak_rss_mb"] > 100
         ideal, work = point["ideal"], point["ideal"]["workload"]
         for judge in ("smollm2-135m", "gemma3-270m"):  # the judges score replies: they read rows, each a tree node
             assert 0 < work["read_rows"][judge] <= work["distinct_prompt_tokens"][judge]
             assert ideal["raw_row_ms"][judge] >= 0 and ideal["raw_prefill_tokens_per_s"][judge] > 0
-        assert sum(work["distinct_prompt_tokens"].values()) == point["distinct_prompt_tokens"]
         assert 0 < ideal["ideal_without_rows_s"] <= ideal["ideal_s"]
         assert ideal["appliance_multiple"] == pytest.approx(point["wall_s"] / ideal["ideal_s"])
     # twice the conversations, about twice the distinct prompt tokens (the instances differ)
-    assert points[1]["distinct_prompt_tokens"] > points[0]["distinct_prompt_tokens"] * 1.5
+    assert distinct[1] > distinct[0] * 1.5
     (markdown,) = out.glob("*-scaling.md")
     rows = [line for line in markdown.read_text().splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 2 and rows[0].split("|")[5].strip() == "1.00"  # the smallest point is its own unit
+    assert [int(row.split("|")[8]) for row in rows] == distinct
     assert [float(row.split("|")[13]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
     assert_clean_error(cli("bench", "--scaling", "16,x", "--models", str(models)), "--scaling", "'x'")
     assert_clean_error(cli("bench", "--scaling", "0", "--models", str(models)), "--scaling", "'0'")

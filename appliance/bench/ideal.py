@@ -117,8 +117,8 @@ def raw_row_seconds(model: LlamaModel, sample: list[list[int]], raw: RawConfig, 
     if not extra_rows:
         return 0.0
 
-    def fastest(first_read: int | None) -> float:
-        rows = [(tokens, len(tokens) - 1 if first_read is None else first_read) for tokens in probes]
+    def fastest(every_row: bool) -> float:
+        rows = [(tokens, 0 if every_row else len(tokens) - 1) for tokens in probes]
         return min(raw_prefill(model, rows, flash_attention=raw.flash_attention, threads=threads) for _ in range(2))
 
-    return max(0.0, fastest(0) - fastest(None)) / extra_rows
+    return max(0.0, fastest(every_row=True) - fastest(every_row=False)) / extra_rows

@@ -44,13 +44,16 @@ class ScalingPoint(BaseModel):
     prefill_tokens: int
     cached_prompt_tokens: int
     decode_tokens: int
-    #: the prefix tree of every prompt the llama.cpp models were asked: computed once at best
-    distinct_prompt_tokens: int
     peak_kv_cells: int
     #: the point's process, from start to the end of the workload (imports and model loads included)
     peak_rss_mb: float
-    #: the workload's ideal time, measured after it in the same process (its raw loops are not in the peak RSS)
-    ideal: IdealTime | None = None
+    #: the workload's counts and ideal time, measured after it in the same process (not in the peak RSS)
+    ideal: IdealTime
+
+    @property
+    def distinct_prompt_tokens(self) -> int:
+        """The prefix tree of every prompt the llama.cpp models were asked: computed once at best."""
+        return sum(self.ideal.workload.distinct_prompt_tokens.values())
 
     @property
     def prefill_ratio(self) -> float:
@@ -99,8 +102,7 @@ def run_scaling_bench(
         say(
             f"  {point.wall_s:.1f} s ({point.seconds_per_conversation:.1f} s per conversation), "
             f"{point.tokens_per_s:.0f} tok/s, prefilled/distinct {point.prefill_ratio:.2f}, "
-            f"peak RSS {point.peak_rss_mb:.0f} MB"
-            + (f", {point.ideal.appliance_multiple:.2f}x the ideal" if point.ideal is not None else "")
+            f"peak RSS {point.peak_rss_mb:.0f} MB, {point.ideal.appliance_multiple:.2f}x the ideal"
         )
         points.append(point)
     specs = [catalog.get(name) for name in dict.fromkeys([player, *panel.judges])]
@@ -160,7 +162,6 @@ def measure_point(
         prefill_tokens=arm.prefill_tokens,
         cached_prompt_tokens=arm.cached_prompt_tokens,
         decode_tokens=arm.decode_tokens,
-        distinct_prompt_tokens=sum(workload.distinct_prompt_tokens.values()),
         peak_kv_cells=arm.peak_kv_cells,
         peak_rss_mb=peak_rss_mb,
         ideal=ideal_time(catalog, workload, arm.wall_s, raw, sequences=conversations, seed=seed),
@@ -189,8 +190,7 @@ def render_scaling_bench(bench: ScalingBench) -> str:
             f"| {p.conversations} | {p.episodes} | {p.wall_s:.1f} | {p.seconds_per_conversation:.2f} | "
             f"{p.seconds_per_conversation / first.seconds_per_conversation:.2f} | {p.tokens_per_s:.0f} | "
             f"{p.prefill_tokens} | {p.distinct_prompt_tokens} | {p.prefill_ratio:.2f} | {p.decode_tokens} | "
-            f"{p.peak_kv_cells} | {p.peak_rss_mb:.0f} | "
-            f"{f'{p.ideal.appliance_multiple:.2f}' if p.ideal is not None else '-'} |"
+            f"{p.peak_kv_cells} | {p.peak_rss_mb:.0f} | {p.ideal.appliance_multiple:.2f} |"
             for p in bench.points
         ],
         "",
@@ -199,8 +199,7 @@ def render_scaling_bench(bench: ScalingBench) -> str:
         "",
     ]
     for p in bench.points:
-        if p.ideal is not None:
-            lines += [f"### The ideal time at {p.conversations} conversations", "", *ideal_markdown(p.ideal), ""]
+        lines += [f"### The ideal time at {p.conversations} conversations", "", *ideal_markdown(p.ideal), ""]
     return "\n".join(lines)
 
 
