@@ -357,3 +357,23 @@ def test_offline_is_enforced_before_the_package_loads_anything_else() -> None:
     before = list(dict.fromkeys(name for name, offline in seen if not offline))
     assert before == ["appliance", "appliance.__main__", "appliance.offline"], before
     assert len(seen) > 20 and all(offline for name, offline in seen if name not in before)
+
+
+def test_duckdb_is_imported_in_one_place_and_only_after_llama_cpp() -> None:
+    """A CUDA build of llama.cpp segfaults loading a model in a process that imported duckdb first (seen on
+    an H200): every import of duckdb goes through the store's one module, which loads llama_cpp before it."""
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if "duckdb" in names or (isinstance(node, ast.ImportFrom) and node.module == "duckdb"):
+                importers.append(str(path.relative_to(REPO)))
+    assert importers == ["appliance/store/database.py"]
+    for statement in ("import appliance.store", "import appliance.store.repair", "import appliance.cli.main"):
+        command = [
+            sys.executable,
+            "-c",
+            f"import sys; {statement}; m = list(sys.modules); print(m.index('llama_cpp') < m.index('duckdb'))",
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
+        assert result.stdout.strip() == "True", statement

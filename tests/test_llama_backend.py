@@ -293,6 +293,69 @@ def test_fast_mode_also_reuses_generated_tokens(smollm2_path: Path) -> None:
         backend.close()
 
 
+def test_fast_mode_packs_every_prefill_and_the_decode_tokens_into_one_call(
+    smollm2: LlamaCppBackend, smollm2_path: Path
+) -> None:
+    """Fast mode computes newcomers' prompts beside the running sequences' tokens, one llama_decode a
+    step (a GPU pays milliseconds a call); the scored rows of a packed scoring request are read at
+    their own batch rows, so its numbers match exact mode's on a prompt computed alone."""
+    sampling = ResolvedSampling(temperature=0.0, max_tokens=4, ignore_eos=True)
+    scored = GenerationRequest(
+        prompt="The ferry left the harbour at nine.", scoring=ScoringRequest(continuation=" It was late.")
+    )
+    backend = LlamaCppBackend(smollm2_path, name="fast", context_length=512, slots=4, exact_kv=False)
+    try:
+        tickets = [backend.submit(_ask(prompt, sampling=sampling)) for prompt in PROMPTS[:2]]
+        calls = backend.counters.decode_calls
+        done = dict(backend.step())  # both prompts in one call
+        assert backend.counters.decode_calls == calls + 1
+        tickets += [backend.submit(_ask(PROMPTS[2], sampling=sampling)), backend.submit(scored)]
+        done.update(backend.step())  # two decode tokens, a prompt and the scored text: one call
+        assert backend.counters.decode_calls == calls + 2
+        assert tickets[3] in done  # the scoring request finished within that call
+        while backend.busy:
+            done.update(backend.step())
+        assert backend.counters.decode_calls == calls + 5  # three more steps finish the late prompt's reply
+    finally:
+        backend.close()
+    assert [done[ticket].completion_tokens for ticket in tickets[:3]] == [4, 4, 4]
+    smollm2.forget_caches()
+    alone = _run(smollm2, [scored])[0]
+    packed = done[tickets[3]].scores
+    assert packed is not None and alone.scores is not None
+    assert packed.token_logprobs == pytest.approx(alone.scores.token_logprobs, abs=1e-3)
+
+
+def test_greedy_selection_is_llama_cpps_greedy_sampler(smollm2_path: Path) -> None:
+    """Plain greedy requests take one argmax instead of llama.cpp's sampler (which fills a record per
+    vocabulary entry): the same token on every logits row of real prompts."""
+    import llama_cpp as C
+
+    from appliance.engine.llama_native import LlamaModel, TokenBatch, greedy_token
+
+    model = LlamaModel.shared(smollm2_path, "smollm2-135m")
+    params = C.llama_context_default_params()
+    params.n_ctx, params.n_seq_max, params.no_perf = 512, len(PROMPTS), True
+    context = C.llama_init_from_model(model.handle, params)
+    batch, greedy = TokenBatch(512), C.llama_sampler_init_greedy()
+    compared = 0
+    try:
+        for seq, prompt in enumerate(PROMPTS):
+            tokens = model.tokenize(prompt, parse_special=True)
+            batch.clear()
+            indices = [batch.add(token, position, seq, True) for position, token in enumerate(tokens)]
+            assert C.llama_decode(context, batch.raw) == 0
+            for index in indices:
+                assert greedy_token(context, index, model.n_vocab) == C.llama_sampler_sample(greedy, context, index)
+                compared += 1
+    finally:
+        C.llama_sampler_free(greedy)
+        batch.close()
+        C.llama_free(context)
+        model.close()
+    assert compared > 20
+
+
 def test_grammar_constrains_output(smollm2: LlamaCppBackend) -> None:
     grammar = 'root ::= "{\\"score\\": " [1-5] "}"'
     request = GenerationRequest(

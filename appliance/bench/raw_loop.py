@@ -1,4 +1,4 @@
-"""The ceiling: a bare ctypes loop of batched `llama_decode` with greedy sampling in C.
+"""The ceiling: a bare ctypes loop of batched `llama_decode` with greedy selection by argmax.
 
 No slots, no scheduler, no text: N sequences prefilled together, then one
 token per sequence per `llama_decode` until each has T tokens. The engine is
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import llama_cpp as C
 
-from appliance.engine.llama_native import LlamaModel, TokenBatch
+from appliance.engine.llama_native import LlamaModel, TokenBatch, greedy_token
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,6 @@ def raw_batched_decode(
     params.no_perf = True
     context = C.llama_init_from_model(model.handle, params)
     batch = TokenBatch(max(batch_tokens, count))
-    samplers = [C.llama_sampler_init_greedy() for _ in range(count)]
     try:
         started = time.perf_counter()
         next_token = [0] * count
@@ -70,7 +69,7 @@ def raw_batched_decode(
             if C.llama_decode(context, batch.raw) != 0:
                 raise RuntimeError("llama_decode failed during prefill")
             for seq, index in finishing:  # logits live only until the next decode
-                next_token[seq] = int(C.llama_sampler_sample(samplers[seq], context, index))
+                next_token[seq] = greedy_token(context, index, model.n_vocab)
         positions = [len(prompt) for prompt in prompts]
         for _ in range(new_tokens - 1):
             batch.clear()
@@ -79,11 +78,9 @@ def raw_batched_decode(
                 positions[seq] += 1
             if C.llama_decode(context, batch.raw) != 0:
                 raise RuntimeError("llama_decode failed during decode")
-            next_token = [int(C.llama_sampler_sample(samplers[seq], context, seq)) for seq in range(count)]
+            next_token = [greedy_token(context, seq, model.n_vocab) for seq in range(count)]
         wall = time.perf_counter() - started
     finally:
-        for sampler in samplers:
-            C.llama_sampler_free(sampler)
         batch.close()
         C.llama_free(context)
     return DecodeTiming(

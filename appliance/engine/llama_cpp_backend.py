@@ -68,6 +68,17 @@ class _Job:
 
 
 @dataclass
+class _Chunk:
+    """A prefill chunk staged in the batch: the row that starts its reply, or the rows it scores."""
+
+    job: _Job
+    size: int
+    owner: int | None = None
+    #: (batch index, prompt position) of each scored position
+    reads: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
 class _Slot:
     seq_id: int
     cached: list[int] = field(default_factory=list)
@@ -267,11 +278,14 @@ class LlamaCppBackend:
     def step(self) -> list[tuple[int, Completion]]:
         """One token for every decoding sequence, then prefill within the token budget.
 
-        With one KV stream per sequence, llama.cpp splits a batch into micro-batches
-        that hold an equal number of tokens from sequences with consecutive ids. So the
-        decode tokens go in one call (slots are kept compact so their ids are
+        Exact mode: with one KV stream per sequence, llama.cpp splits a batch into
+        micro-batches that hold an equal number of tokens from sequences with consecutive
+        ids. So the decode tokens go in one call (slots are kept compact so their ids are
         consecutive), and each prefill chunk in a call of its own: mixed with decode
         tokens, a chunk's first token would be computed alone, by another kernel.
+        Fast mode promises no such identity, so the decode tokens and a prefill chunk of
+        every prefilling sequence share one call: on a GPU a call costs milliseconds
+        whatever its size (docs/engine.md, "GPUs").
         """
         finished = self._admit_waiting()
         self.batch.clear()
@@ -284,6 +298,8 @@ class LlamaCppBackend:
             slot.cached.append(job.pending_token)
             job.pending_token = None
             decoding.append((index, job))
+        if not self.exact_kv:
+            return finished + self._packed_step(decoding)
         if decoding:
             finished.extend(self._decode_and_sample(decoding, prefill=False))
         budget = self.batch_tokens
@@ -294,11 +310,32 @@ class LlamaCppBackend:
                 if size == 0:
                     break
                 budget -= size
-                finished.extend(self._prefill_chunk(slot, job, size))
+                self.batch.clear()
+                finished.extend(self._run_batch([self._stage_chunk(slot, job, size)], prefill=True))
         return finished
 
-    def _chunk_size(self, job: _Job, budget: int) -> int:
-        """The next prefill chunk of `job` within `budget` tokens (0: none fits this step).
+    def _packed_step(self, decoding: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
+        """Fast mode: the staged decode tokens and one prefill chunk per prefilling sequence, in one call
+        of at most `batch_tokens` tokens and MAX_SCORED_ROWS scored rows."""
+        budget, rows = self.batch_tokens - len(decoding), MAX_SCORED_ROWS
+        chunks: list[_Chunk] = []
+        for slot in self.slots:
+            job = slot.job
+            if job is None or job.prefill_cursor >= len(job.prompt_tokens) or (job.scoring is not None and rows < 2):
+                continue
+            size = self._chunk_size(job, budget, rows)
+            if size == 0:
+                continue
+            chunk = self._stage_chunk(slot, job, size)
+            budget -= chunk.size
+            rows -= len(chunk.reads)
+            chunks.append(chunk)
+        if not decoding and not chunks:
+            return []
+        return self._run_batch(chunks, prefill=not decoding, decoding=decoding)
+
+    def _chunk_size(self, job: _Job, budget: int, rows: int = MAX_SCORED_ROWS) -> int:
+        """The next prefill chunk of `job` within `budget` tokens and `rows` scored rows (0: none fits).
 
         Exact mode: the job's planned chunk (a function of the request alone). Fast mode: as much as
         the budget takes, never leaving a lone token before the last one.
@@ -310,16 +347,16 @@ class LlamaCppBackend:
         if budget < 2:
             return 0
         remaining = length - cursor
-        size = min(remaining, budget, self._scored_rows_cap(job))
+        size = min(remaining, budget, self._scored_rows_cap(job, rows))
         if size < remaining and remaining - size < 2:
             size = max(2, remaining - 2)
         return size
 
-    def _scored_rows_cap(self, job: _Job) -> int:
-        """The longest chunk from the job's cursor that reads at most MAX_SCORED_ROWS logits rows."""
+    def _scored_rows_cap(self, job: _Job, rows: int) -> int:
+        """The longest chunk from the job's cursor that reads at most `rows` logits rows."""
         if job.scoring is None:
             return len(job.prompt_tokens)
-        return max(job.scoring.first_read - job.prefill_cursor, 0) + MAX_SCORED_ROWS
+        return max(job.scoring.first_read - job.prefill_cursor, 0) + rows
 
     def _stored_end(self, slot: _Slot) -> int:
         """How many positions the sequence's KV holds (its highest position + 1; 0 when empty)."""
@@ -337,36 +374,44 @@ class LlamaCppBackend:
             job.scoring.choice_logprobs = []
         self.counters.kv_resyncs += 1
 
-    def _prefill_chunk(self, slot: _Slot, job: _Job, size: int) -> list[tuple[int, Completion]]:
+    def _stage_chunk(self, slot: _Slot, job: _Job, size: int) -> _Chunk:
+        """Add the next `size` prompt tokens of `job` to the batch (after the tokens already there)."""
         if self._stored_end(slot) != len(slot.cached) or len(slot.cached) != job.prefill_cursor:
             self._resync(slot, job)
             size = min(size, len(job.prompt_tokens))
-        self.batch.clear()
         start, end = job.prefill_cursor, job.prefill_cursor + size
-        owner: list[tuple[int, _Job]] = []
-        read: list[tuple[int, int]] = []  # (batch index, position) of scored positions
+        chunk = _Chunk(job=job, size=size)
         for position in range(start, end):
             last = position == len(job.prompt_tokens) - 1
             scored = job.scoring is not None and job.scoring.wants(position)
             index = self.batch.add(job.prompt_tokens[position], position, slot.seq_id, last or scored)
             if scored:
-                read.append((index, position))
-            elif last:
-                owner.append((index, job))
+                chunk.reads.append((index, position))
+            elif last and job.scoring is None:
+                chunk.owner = index
         if slot.batch_computed == len(slot.cached) and size >= 2:
             slot.batch_computed = end
             if self.exact_kv:
                 slot.chunk_ends.append(end)
         slot.cached.extend(job.prompt_tokens[start:end])
         job.prefill_cursor = end
-        if job.scoring is None:
-            return self._decode_and_sample(owner, prefill=True)
-        self._decode_and_sample([], prefill=True)
-        for index, position in read:
-            job.scoring.read(position, self.model.logits_row(self.context, index))
-        if end < len(job.prompt_tokens):
-            return []
-        return [self._finish(job, "stop", job.scoring.result())]
+        return chunk
+
+    def _run_batch(
+        self, chunks: list[_Chunk], *, prefill: bool, decoding: list[tuple[int, _Job]] | None = None
+    ) -> list[tuple[int, Completion]]:
+        """Decode the staged batch; sample the rows that start a reply, read the scored ones."""
+        owners = (decoding or []) + [(chunk.owner, chunk.job) for chunk in chunks if chunk.owner is not None]
+        finished = self._decode_and_sample(owners, prefill=prefill)
+        for chunk in chunks:
+            scoring = chunk.job.scoring
+            if scoring is None:
+                continue
+            for index, position in chunk.reads:
+                scoring.read(position, self.model.logits_row(self.context, index))
+            if chunk.job.prefill_cursor == len(chunk.job.prompt_tokens):
+                finished.append(self._finish(chunk.job, "stop", scoring.result()))
+        return finished
 
     def _decode_and_sample(self, owners: list[tuple[int, _Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
         started = time.perf_counter()

@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from appliance.errors import ApplianceError, first_line
+from appliance.store.database import duckdb
 from appliance.store.instance_sets import write_instance_set
 from appliance.store.journal import Journal, JournalRecord, Stream, journal_folder, run_stream
 from appliance.store.labels import store_if_missing

@@ -22,9 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from appliance.errors import ApplianceError
+from appliance.store.database import duckdb
 from appliance.store.journal import Journal, journal_folder, run_stream
 from appliance.store.records import (
     EpisodeRecord,
