@@ -159,8 +159,7 @@ class LlamaModel:
 
     def logits_row(self, context: Any, index: int) -> np.ndarray:
         """The logits llama.cpp computed for batch entry `index` of the last decode (a copy)."""
-        pointer = C.llama_get_logits_ith(context, index)
-        return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+        return logits_view(context, index, self.n_vocab).copy()
 
     def piece(self, token: int) -> bytes:
         """The bytes of one generated token (control tokens render as nothing)."""
@@ -295,7 +294,12 @@ def greedy_token(context: Any, index: int, n_vocab: int) -> int:
     llama.cpp's own sampler first fills a 12-byte candidate record per vocabulary entry; with a
     128k vocabulary that is about 0.5 ms a row, which held a GPU's decode steps to host speed.
     """
-    return int(np.ctypeslib.as_array(C.llama_get_logits_ith(context, index), shape=(n_vocab,)).argmax())
+    return int(logits_view(context, index, n_vocab).argmax())
+
+
+def logits_view(context: Any, index: int, n_vocab: int) -> np.ndarray:
+    """Batch entry `index`'s logits in llama.cpp's own buffer: valid until the next decode."""
+    return np.ctypeslib.as_array(C.llama_get_logits_ith(context, index), shape=(n_vocab,))
 
 
 #: llama.cpp's `llama_token_data` (id, logit, p) as a numpy record, so candidate arrays are filled in bulk
@@ -338,7 +342,7 @@ class TokenSampler:
             return greedy_token(context, index, self.n_vocab)
         if self.grammar is None:
             return int(C.llama_sampler_sample(self.chain, context, index))
-        logits = np.ctypeslib.as_array(C.llama_get_logits_ith(context, index), shape=(self.n_vocab,))
+        logits = logits_view(context, index, self.n_vocab)
         token = self._select(logits, constrained=False) if self.lazy else -1
         if token < 0 or not self._legal(token):
             self.rejections += token >= 0

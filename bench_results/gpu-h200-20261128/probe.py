@@ -1,4 +1,5 @@
 """GPU probes (issue 33): which shapes crash llama.cpp's CUDA build, and where fast mode's decode gap goes."""
+
 from __future__ import annotations
 
 import json
@@ -50,14 +51,27 @@ def arm(name: str, run) -> dict:  # type: ignore[no-untyped-def]
         timing = run()
         wall = time.perf_counter() - started
         steps = [s for n, s in CALLS if n == SEQ]
-        rows.append(dict(wall=wall, tok_s=timing.tokens_per_s, calls=len(CALLS), in_decode=sum(s for _, s in CALLS),
-                         prefill=sum(s for n, s in CALLS if n != SEQ), steps=len(steps), step_ms=1000 * median(steps) if steps else 0.0,
-                         sizes=sorted({n for n, _ in CALLS if n != SEQ})[:12]))
+        rows.append(
+            dict(
+                wall=wall,
+                tok_s=timing.tokens_per_s,
+                calls=len(CALLS),
+                in_decode=sum(s for _, s in CALLS),
+                prefill=sum(s for n, s in CALLS if n != SEQ),
+                steps=len(steps),
+                step_ms=1000 * median(steps) if steps else 0.0,
+                sizes=sorted({n for n, _ in CALLS if n != SEQ})[:12],
+            )
+        )
     best = sorted(rows, key=lambda r: r["wall"])[1]
     best["host"] = best["wall"] - best["in_decode"]
-    print(f"{name:<28} {best['tok_s']:7.0f} tok/s wall {best['wall']*1000:6.0f} ms  in llama_decode {best['in_decode']*1000:6.0f} "
-          f"(prefill calls {best['prefill']*1000:5.0f})  host {best['host']*1000:5.0f}  calls {best['calls']:3d}  "
-          f"step median {best['step_ms']:.2f} ms  prefill call sizes {best['sizes']}", flush=True)
+    print(
+        f"{name:<28} {best['tok_s']:7.0f} tok/s wall {best['wall'] * 1000:6.0f} ms  "
+        f"in llama_decode {best['in_decode'] * 1000:6.0f} "
+        f"(prefill calls {best['prefill'] * 1000:5.0f})  host {best['host'] * 1000:5.0f}  calls {best['calls']:3d}  "
+        f"step median {best['step_ms']:.2f} ms  prefill call sizes {best['sizes']}",
+        flush=True,
+    )
     return {"arm": name, **best}
 
 
@@ -69,13 +83,27 @@ def gap(path: str, out: str) -> None:
     tokens = [model.tokenize(p, parse_special=True) for p in prompts]
     results = []
     for unified in (True, False):
-        results.append(arm(f"bare unified={unified}", lambda: raw_batched_decode(model, tokens, 64, context_length=2048, kv_unified=unified)))
+        results.append(
+            arm(
+                f"bare unified={unified}",
+                lambda unified=unified: raw_batched_decode(model, tokens, 64, context_length=2048, kv_unified=unified),
+            )
+        )
     for mode, unified in (("fast", True), ("fast", False), ("exact", False)):
-        backend = LlamaCppBackend(Path(path), name="probe", context_length=2048, slots=SEQ, gpu_layers=GPU,
-                                  exact_kv=mode == "exact", kv_unified=unified)
-        def run():  # type: ignore[no-untyped-def]
+        backend = LlamaCppBackend(
+            Path(path),
+            name="probe",
+            context_length=2048,
+            slots=SEQ,
+            gpu_layers=GPU,
+            exact_kv=mode == "exact",
+            kv_unified=unified,
+        )
+
+        def run(backend: LlamaCppBackend = backend):  # type: ignore[no-untyped-def]
             backend.forget_caches()
             return engine_decode(backend, prompts, 64)
+
         results.append(arm(f"engine {mode} unified={unified}", run))
         backend.close()
     Path(out).write_text(json.dumps(results, indent=1))

@@ -1,4 +1,5 @@
 """135M-shape variants for the crash probe: which property of the shape makes llama.cpp's CUDA build fail."""
+
 import sys
 from pathlib import Path
 
