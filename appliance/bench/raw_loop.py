@@ -7,13 +7,12 @@ measured against this on the same prompts and token counts.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 import llama_cpp as C
 
-from appliance.engine.llama_native import LlamaModel, TokenBatch, greedy_token
+from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads, greedy_token
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def raw_batched_decode(
     params.n_seq_max = count
     params.kv_unified = kv_unified
     params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+    params.n_threads = params.n_threads_batch = threads or default_threads()
     params.no_perf = True
     context = C.llama_init_from_model(model.handle, params)
     batch = TokenBatch(max(batch_tokens, count))

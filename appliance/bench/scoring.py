@@ -10,7 +10,6 @@ compute; `ideal_s` is the engine's computed tokens at the raw loop's rate.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 
@@ -19,7 +18,7 @@ from pydantic import BaseModel
 
 from appliance.client import ModelClient, RoleBinding
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.llama_native import LlamaModel, TokenBatch
+from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads
 from appliance.engine.scoring import log_softmax
 from appliance.engine.types import GenerationRequest
 from appliance.judging.scoring import scoring_features
@@ -108,7 +107,7 @@ def raw_prefill(
     params.n_seq_max = per_call
     params.kv_unified = True
     params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+    params.n_threads = params.n_threads_batch = threads or default_threads()
     context = C.llama_init_from_model(model.handle, params)
     memory = C.llama_get_memory(context)
     batch = TokenBatch(params.n_batch)

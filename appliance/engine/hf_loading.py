@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,11 @@ def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
     if scale == 1.0:
         return folder
     target = cache_dir() / "lora" / f"{sha256_of_tree(folder)[:16]}-x{scale:g}"
-    if (target / "adapter_config.json").is_file():
+
+    def made(candidate: Path) -> bool:
+        return (candidate / "adapter_config.json").is_file()
+
+    if made(target):
         return target
     config = json.loads((folder / "adapter_config.json").read_text())
     config["lora_alpha"] = config.get("lora_alpha", config.get("r", 8)) * scale
@@ -135,8 +139,20 @@ def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
         if file.is_file() and file.name != "adapter_config.json":
             (staging / file.name).symlink_to(file.resolve())
     (staging / "adapter_config.json").write_text(json.dumps(config, indent=2))
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    return _publish(staging, target, made)
+
+
+def _publish(staging: Path, target: Path, ready: Callable[[Path], bool]) -> Path:
+    """Move a finished cache folder into place, unless another process (a parallel run, a Ray
+    worker) finished the same folder first: a folder in use is never replaced."""
+    if not ready(target):
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            staging.rename(target)
+            return target
+        except OSError:  # another process moved its copy in between
+            pass
+    shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
@@ -213,7 +229,11 @@ def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
     digest = sha256_of(gguf)
     stamp = f"{digest} {CONVERSION}"
     target = cache_dir() / "hf" / f"{gguf.stem}-{digest[:16]}-{dtype}"
-    if (target / STAMP).is_file() and (target / STAMP).read_text() == stamp:
+
+    def converted(candidate: Path) -> bool:
+        return (candidate / STAMP).is_file() and (candidate / STAMP).read_text() == stamp
+
+    if converted(target):
         return target
     torch, transformers = import_torch_stack()
     with _parsed_once(name, gguf) as reader:
@@ -231,6 +251,4 @@ def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     (staging / STAMP).write_text(stamp)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return target
+    return _publish(staging, target, converted)

@@ -10,7 +10,6 @@ sequences into a single batch and calls `llama_decode` once.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from appliance.engine.llama_native import (
     TokenSampler,
     apply_adapter,
     copy_sequence,
+    default_threads,
     sequence_floor,
 )
 from appliance.engine.registry import register_backend
@@ -168,7 +168,7 @@ class LlamaCppBackend:
         params.flash_attn_type = (
             C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
-        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        params.n_threads = params.n_threads_batch = threads or default_threads()
         params.no_perf = True
         self.context = C.llama_init_from_model(self.model.handle, params)
         if not self.context:

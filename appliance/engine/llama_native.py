@@ -44,6 +44,12 @@ def last_log_error() -> str:
     return (failures or lines or ["no reason logged"])[-1]
 
 
+def default_threads() -> int:
+    """The cores this process may run on (a `taskset` or cpuset limit counts, unlike `os.cpu_count()`):
+    llama.cpp's threads spin at their barriers, so more threads than cores stall each other."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def init_backend() -> None:
     global _initialised
     if not _initialised:
