@@ -73,7 +73,7 @@ $(RAY_STAMP): $(STAMP)
 test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP)
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n auto --dist worksteal
+	$(BIN)/pytest -q -n auto --dist worksteal --durations=15
 
 # Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each once).
 chaos: install

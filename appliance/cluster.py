@@ -49,8 +49,11 @@ from appliance.worker_groups import (
     with_threads,
 )
 
-#: set for the driver and every worker before Ray starts: no usage statistics, no dashboard
+#: set for the driver and every worker before Ray starts: no usage statistics, no dashboard, and
+#: workers at the driver's priority: Ray's default (nice 15) lets any other busy process on a shared
+#: machine take nearly all of a worker's core, and a nightly run then crawls (3% of a core, measured)
 RAY_ENVIRONMENT = {
+    "RAY_worker_niceness": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
     "RAY_DISABLE_DOCKER_CPU_WARNING": "1",

@@ -127,13 +127,17 @@ def judges_apart(catalog: Catalog) -> Catalog:
 
 
 def test_a_model_in_a_worker_group_serves_every_episode_worker_and_changes_nothing(tmp_path: Path) -> None:
-    """Gemma loaded once, on the group's worker; both episode workers send it their requests."""
+    """Gemma loaded once, on the group's worker; both episode workers send it their requests. Every
+    worker runs at the driver's priority (Ray's own default, nice 15, starves them on a busy machine)."""
     runners: list[RecordingRunner] = []
-    ready: dict[str, int] = {}
+    ready: dict[str, int] = {}  # worker name: its niceness once ready
+
+    def niceness(name: str, pid: int) -> None:
+        ready[name] = os.getpriority(os.PRIO_PROCESS, pid)
 
     def on_ray(catalog: Catalog, store: Store) -> Runner:
         made = RecordingRunner(
-            judges_apart(catalog), store, scripted_factory(seed_echo), cluster=TWO_WORKERS, on_worker=ready.__setitem__
+            judges_apart(catalog), store, scripted_factory(seed_echo), cluster=TWO_WORKERS, on_worker=niceness
         )
         runners.append(made)
         return made
@@ -141,6 +145,7 @@ def test_a_model_in_a_worker_group_serves_every_episode_worker_and_changes_nothi
     stored = scripted_run(tmp_path / "groups.duckdb", "pingpong", runner=on_ray)
     assert _as_rows(stored) == golden("pingpong")
     assert list(ready) == ["judges1", "w1", "w2"], ready
+    assert set(ready.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}, ready
     (summary,) = runners[0].summaries
     assert sorted(summary.workers) == ["w1", "w2"] and all(summary.workers.values()), summary.workers
     gemma_messages = sum(row[3] == "gemma3-270m" for row in stored["messages"])
