@@ -378,7 +378,7 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Assembled beside the target and renamed over it: another process (a parallel run, a Ray worker)
     # may be reading the target, or assembling it too.
-    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    staging = staging_path(target)
     try:
         module.assemble(output_path=staging, overwrite=True)
     except (OSError, ValueError) as error:
@@ -392,9 +392,16 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
     return target
 
 
+def staging_path(target: Path) -> Path:
+    """Where this process builds `target` before moving it into place: beside it (one filesystem, so
+    the move is a rename) and its own, so parallel processes building the same cache entry never
+    write into each other's copy."""
+    return target.with_name(f"{target.name}.partial-{os.getpid()}")
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Write `path` whole or not at all, so a concurrent reader never sees half of it."""
-    staging = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    staging = staging_path(path)
     staging.write_text(text)
     os.replace(staging, path)
 

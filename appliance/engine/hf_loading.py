@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from appliance.catalog import cache_dir, sha256_of, sha256_of_tree
+from appliance.catalog import cache_dir, sha256_of, sha256_of_tree, staging_path
 from appliance.errors import ApplianceError, first_line
 
 #: the file in a converted folder that holds the sha256 of the GGUF it came from and the conversion's
@@ -132,7 +132,7 @@ def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
     config = json.loads((folder / "adapter_config.json").read_text())
     config["lora_alpha"] = config.get("lora_alpha", config.get("r", 8)) * scale
     config["alpha_pattern"] = {key: alpha * scale for key, alpha in (config.get("alpha_pattern") or {}).items()}
-    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    staging = staging_path(target)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for file in folder.iterdir():
@@ -246,7 +246,7 @@ def hf_folder_from_gguf(gguf: Path, name: str, dtype: str = "float32") -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    staging = staging_path(target)
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
