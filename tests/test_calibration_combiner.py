@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from appliance.calibration.combiner import (
+    PANEL_MEAN,
     ByJudge,
     FeatureAverage,
+    candidates,
     fit_average,
     fit_feature_calibration,
     ranked_terms,
@@ -87,6 +89,23 @@ def test_a_feature_average_orients_standardises_and_averages_what_a_row_has() ->
     assert again == model and again.features_by_judge() == {"a": ("up",), "b": ("down",)}
 
 
+def test_the_panel_mean_keeps_each_summarys_own_direction_whatever_the_fitting_rows_show() -> None:
+    """DSTC9's lesson: where the humans hardly agree, the fitting part turns a judge's summary the wrong way
+    about as often as not, and a panel mean oriented on it fell below the plain mean held out. A summary
+    rises with quality by design; the panel mean keeps that direction, and its order where both fall."""
+    human = np.asarray([1.0, 2.0, 3.0, 4.0, 5.0])
+    summary = "followup"
+    one_falls: ByJudge = {"a": {summary: 2 * human}, "b": {summary: -human}}
+    panel_mean = candidates(one_falls, (1.0, 5.0), summary=summary, seed=0)[PANEL_MEAN]
+    model = panel_mean(one_falls, human)
+    assert isinstance(model, FeatureAverage) and model.signs == (1.0, 1.0)
+    both_fall: ByJudge = {"a": {summary: -human}, "b": {summary: -3 * human}}
+    falling = panel_mean(both_fall, human).predict(both_fall)
+    assert (np.diff(falling) < 0).all()  # no flat line: the summaries' order is kept, not the rows'
+    oriented = fit_average(both_fall, human, [("a", summary), ("b", summary)], (1.0, 5.0), "turned")
+    assert oriented.signs == (-1.0, -1.0)  # the fit-best feature is still turned the way its rows go
+
+
 def test_features_are_ranked_by_their_strength_in_either_direction() -> None:
     human = np.arange(8, dtype=float)
     by_judge: ByJudge = {"j": {"falls": -human, "noise": np.asarray([3.0, 1, 4, 1, 5, 9, 2, 6]), "rises": human}}
@@ -140,7 +159,7 @@ def test_with_few_labels_the_chosen_combination_keeps_the_plain_mean_where_every
         held_features, held_human = spread_items(1000, 100 + seed)
         combination = fit_feature_calibration(features, human, (1.0, 5.0), summary="followup", seed=seed)
         summaries = [(judge, "followup") for judge in JUDGES]
-        plain = fit_average(features, human, summaries, (1.0, 5.0), "panel mean")
+        plain = fit_average(features, human, summaries, (1.0, 5.0), "panel mean", orient=False)
         chosen.append(_spearman(combination.model.predict(held_features), held_human))
         mean.append(_spearman(plain.predict(held_features), held_human))
     assert np.mean(chosen) >= np.mean(mean) - 0.01

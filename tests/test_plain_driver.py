@@ -48,6 +48,9 @@ def test_the_plain_driver_sends_the_appliances_requests_and_gets_its_messages(tm
     assert len(stored) == 4 and sorted(texts) == sorted(stored)
     assert plain.episodes == 2 and plain.decode_tokens == summary.completion_tokens
     assert plain.prefill_tokens + plain.cached_prompt_tokens == summary.prompt_tokens
+    # its own peak memory: the model's weights (a mapped file, read whole) were resident inside the arm
+    weights_mb = catalog.resolve_path(catalog.get("smollm2-135m")).stat().st_size / 2**20
+    assert plain.start_rss_mb < plain.peak_rss_mb and plain.peak_rss_mb >= weights_mb
     # the bench's arm beside the appliance's: its wall time ratio and the messages that differ
     appliance = ArmResult(wall_s=2 * plain.wall_s, episodes=2, episodes_per_hour=0, prefill_tokens=0,
                           cached_prompt_tokens=0, decode_tokens=0, peak_kv_cells=0)  # fmt: skip

@@ -93,10 +93,11 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     entry = f'path = "{tiny_gguf}"\ncontext_length = 2048\nchat_format = "gguf"\nslots = 1\n'
     models.write_text(f"[models.smollm2-135m]\n{entry}\n[models.gemma3-270m]\n{entry}")
     out = tmp_path / "bench"
-    result = cli("bench", "--scaling", "1,2", "--quick", "--models", str(models), "--out", str(out), "--json")
+    result = cli("bench", "--scaling", "1,2", "--quick", "--turns", "1", "--models", str(models), "--out", str(out),
+                 "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
-    assert (report["turns"], report["panel"]) == (2, ["smollm2-135m", "gemma3-270m"])
+    assert (report["turns"], report["panel"]) == (1, ["smollm2-135m", "gemma3-270m"])  # --turns over the quick 2
     assert report["engines"] == {"smollm2-135m": [1, 2048, None], "gemma3-270m": [1, 2048, None]}
     points = report["points"]
     assert [(p["conversations"], p["episodes"]) for p in points] == [(1, 1), (2, 2)]
@@ -119,3 +120,6 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     assert [float(row.split("|")[13]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
     assert_clean_error(cli("bench", "--scaling", "16,x", "--models", str(models)), "--scaling", "'x'")
     assert_clean_error(cli("bench", "--scaling", "0", "--models", str(models)), "--scaling", "'0'")
+    assert_clean_error(
+        cli("bench", "--scaling", "4", "--conversations", "2", "--models", str(models)), "--conversations"
+    )

@@ -79,9 +79,11 @@ def test_bench_runs_on_cpu_with_the_transformers_backend(tmp_path: Path) -> None
     models = models_with_synthetic(tmp_path)
     out = tmp_path / "bench"
     result = cli("bench", "--backend", "transformers", "--model", "tiny", "--models", str(models), "--quick",
-                 "--out", str(out), "--json")  # fmt: skip
+                 "--out", str(out), "--json", "--repeats", "2", "--conversations", "3")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
+    # the options resize the quick plan, the rest of it kept
+    assert (report["plan"]["repeats"], report["plan"]["conversations"], report["plan"]["turns"]) == (2, 3, 1)
     assert report["backend"] == "transformers" and report["synthetic"] is True
     assert report["device"]["device"] == "cpu" and report["versions"]["torch"].startswith("2.13")
     assert [p["sequences"] for p in report["decode"]] == [1, 4]

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from appliance.bench.rss import PeakRss
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.factory import open_backend
@@ -62,6 +63,9 @@ class ArmResult(BaseModel):
     cached_prompt_tokens: int
     decode_tokens: int
     peak_kv_cells: int
+    #: the process's highest resident memory during the arm, and what it held as the arm began (`rss.PeakRss`)
+    peak_rss_mb: float = 0.0
+    start_rss_mb: float = 0.0
     #: prompt tokens found in a cache but computed again (exact mode's rule, or too short to fork)
     recomputed_cached_tokens: int = 0
     #: prompt tokens served by caches copied back from host memory, caches saved there, and its peak size
@@ -188,7 +192,7 @@ def _arm(
         recorders.append(recorder)
         return recorder
 
-    with Store.open(db) as store:
+    with PeakRss() as rss, Store.open(db) as store:
         started = time.perf_counter()
         summary = Runner(catalog, store, backend_factory=factory).execute(config, [family])
         wall = time.perf_counter() - started
@@ -203,6 +207,8 @@ def _arm(
         cached_prompt_tokens=summary.cached_prompt_tokens,
         decode_tokens=summary.completion_tokens,
         peak_kv_cells=max((c.peak_kv_cells for c in counters), default=0),
+        peak_rss_mb=rss.peak_mb,
+        start_rss_mb=rss.start_mb,
         recomputed_cached_tokens=sum(c.recomputed_cached_tokens for c in counters),
         restored_tokens=sum(c.restored_tokens for c in counters),
         saved_caches=sum(c.saved_caches for c in counters),
@@ -397,17 +403,20 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
         "",
         "| arm | wall s | prefill tokens | cached prompt tokens | recomputed cached | decode tokens | prefill s "
-        "| decode s | sampling s | other s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| decode s | sampling s | other s | peak RSS MB | RSS at start MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *[
             f"| {name} | {arm.wall_s:.1f} | {arm.prefill_tokens} | {arm.cached_prompt_tokens} | "
             f"{arm.recomputed_cached_tokens} | {arm.decode_tokens} | {arm.prefill_s:.1f} | {arm.decode_s:.1f} | "
-            f"{arm.sample_s:.1f} | {arm.wall_s - arm.prefill_s - arm.decode_s - arm.sample_s:.1f} |"
+            f"{arm.sample_s:.1f} | {arm.wall_s - arm.prefill_s - arm.decode_s - arm.sample_s:.1f} | "
+            f"{arm.peak_rss_mb:.0f} | {arm.start_rss_mb:.0f} |"
             for name, arm in arms
         ],
         "",
         "Prefill, decode and sampling seconds are spent inside llama.cpp (llama.cpp backends only); other = the "
-        "scheduler, the episodes, the store and Python.",
+        "scheduler, the episodes, the store and Python. The arms run one after another in one process: peak RSS "
+        "is the process's highest resident memory during the arm (the kernel's mark reset as it began), on top "
+        "of what it held at the start.",
         "",
         *(
             [
@@ -423,10 +432,12 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         ),
         f"Speedup {e2e.speedup:.2f}x against the single-slot baseline{cold}. At temperature 0, every request's "
         f"generated token ids (or log-probabilities) equal the baseline's: {e2e.tokens_identical} "
-        f"({e2e.requests_differing} of {e2e.requests_compared} requests differ"
+        f"({e2e.requests_compared} requests; {e2e.requests_differing} of either arm's without an identical one in "
+        "the other"
         + (f": {', '.join(f'{k} {v}' for k, v in e2e.differing_by_kind.items())}" if e2e.differing_by_kind else "")
         + "); stored texts and verdicts: "
-        f"{e2e.transcripts_identical} ({e2e.messages_differing} of {e2e.messages_compared} differ).",
+        f"{e2e.transcripts_identical} ({e2e.messages_compared} texts; {e2e.messages_differing} of either arm's "
+        "without an identical one in the other).",
         "",
         *(
             [

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from appliance.bench.rss import peak_rss_kilobytes
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.pool import ModelPool
@@ -38,17 +38,6 @@ class MemoryResult(BaseModel):
     prompt_tokens: int
     cached_prompt_tokens: int
     wall_s: float
-
-
-def peak_rss_kilobytes() -> int:
-    """This process's high-water RSS. VmHWM, unlike ru_maxrss, does not carry over the
-    parent's peak across fork and exec."""
-    status = Path("/proc/self/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 async def _conversation(index: int, scheduler: Scheduler, *, turns: int) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 
 from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
+from appliance.bench.rss import PeakRss
 from appliance.catalog import Catalog
 from appliance.client import ModelClient
 from appliance.errors import ApplianceError
@@ -88,7 +89,10 @@ def plain_pingpong(
         if isinstance(instance, PingPongInstance)
     ]
     started = time.perf_counter()  # loading the models counts, as it does in the appliance's arms
-    with ModelPool.load(catalog, [player, interrogator, *panel.judges], parallel=len(instances)) as pool:
+    with (
+        PeakRss() as rss,
+        ModelPool.load(catalog, [player, interrogator, *panel.judges], parallel=len(instances)) as pool,
+    ):
         roles = episode_roles(catalog, player, player, {"interrogator": interrogator}, panel.judges)
 
         async def workload(batch: list[PingPongInstance], scheduler: Scheduler) -> list[Spoken]:
@@ -115,6 +119,8 @@ def plain_pingpong(
         cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),
         decode_tokens=sum(c.completion_tokens for c in counters),
         peak_kv_cells=max((c.peak_kv_cells for c in counters), default=0),
+        peak_rss_mb=rss.peak_mb,
+        start_rss_mb=rss.start_mb,
         requests=sum(c.requests for c in counters),
     )
     return result, [text for said in spoken for _, text in said]

@@ -26,7 +26,6 @@ from appliance.bench.decode import RawConfig
 from appliance.bench.e2e import appliance_arm, workload_config
 from appliance.bench.ideal import IdealTime, ideal_markdown, ideal_time
 from appliance.bench.machine import describe_machine
-from appliance.bench.memory import peak_rss_kilobytes
 from appliance.bench.outputs import write_bench_files
 from appliance.catalog import Catalog, load_catalog
 from appliance.errors import ApplianceError, first_line
@@ -151,7 +150,6 @@ def measure_point(
         parallel=conversations,
     )
     arm, _, workload = appliance_arm(catalog, pingpong, config)
-    peak_rss_mb = peak_rss_kilobytes() / 1024
     spec = catalog.get(player)
     raw = RawConfig(flash_attention=spec.flash_attention, kv_unified=spec.kv_unified)
     return ScalingPoint(
@@ -163,7 +161,7 @@ def measure_point(
         cached_prompt_tokens=arm.cached_prompt_tokens,
         decode_tokens=arm.decode_tokens,
         peak_kv_cells=arm.peak_kv_cells,
-        peak_rss_mb=peak_rss_mb,
+        peak_rss_mb=arm.peak_rss_mb,
         ideal=ideal_time(catalog, workload, arm.wall_s, raw, sequences=conversations, seed=seed),
     )
 

@@ -119,10 +119,17 @@ class BenchReport(BenchRun):
 
 
 def run_bench(
-    catalog: Catalog, panel: Panel, *, quick: bool, say: Callable[[str], None], stateless: bool = True
+    catalog: Catalog,
+    panel: Panel,
+    *,
+    quick: bool,
+    say: Callable[[str], None],
+    stateless: bool = True,
+    resized: dict[str, int] | None = None,
 ) -> BenchReport:
-    """The three workloads in turn (decode, end to end, memory), then the targets they are held to."""
-    plan = BenchPlan.quick() if quick else BenchPlan()
+    """The three workloads in turn (decode, end to end, memory), then the targets they are held to; `resized`
+    overrides fields of the plan (the end-to-end workload's conversations and turns, the decode repeats)."""
+    plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update=resized or {})
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
     raw_config, raw_configs = _ceiling(catalog, plan, say)
@@ -189,9 +196,12 @@ class DecodeBenchReport(BenchRun):
     wall_s: float
 
 
-def run_decode_bench(catalog: Catalog, model: str, *, quick: bool, say: Callable[[str], None]) -> DecodeBenchReport:
+def run_decode_bench(
+    catalog: Catalog, model: str, *, quick: bool, say: Callable[[str], None], repeats: int | None = None
+) -> DecodeBenchReport:
     """The ceiling search and the decode points of `model` (its `gpu_layers` honoured)."""
-    plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update={"model": model})
+    plan = BenchPlan.quick() if quick else BenchPlan()
+    plan = plan.model_copy(update={"model": model, "repeats": repeats or plan.repeats})
     spec = catalog.get(model)
     path = catalog.resolve_path(spec)
     started = time.perf_counter()
@@ -365,7 +375,7 @@ def _pingpong_end_to_end(
     say(
         f"  appliance {e2e.appliance.wall_s:.1f} s, single-slot baseline {e2e.baseline.wall_s:.1f} s, stateless "
         f"{cold}; speedup {e2e.speedup:.2f}x; tokens identical: {e2e.tokens_identical} "
-        f"({e2e.requests_differing} of {e2e.requests_compared} requests differ)"
+        f"({e2e.requests_differing} requests of either arm without a twin in the other, {e2e.requests_compared} each)"
     )
     return e2e
 

@@ -5,7 +5,9 @@ A regression over a few dozen features per judge needs more labels than a user u
 one feature that carried the signal. So the regression is only one candidate among simpler ones:
 
 - `panel mean`: each judge's summary feature (the template's score), standardised and averaged: it
-  needs no label but for its direction and its line onto the human scale;
+  needs no label but for its line onto the human scale. Its direction is the template's (a summary
+  rises with quality by design), not the fitting part's: where the signal is faint (DSTC9), a few
+  dozen labels turn a judge the wrong way as often as not;
 - `top 1`: the feature, of any judge, whose rank correlation with the humans is largest on the rows
   fitted, turned the way those rows show (the fit-best feature);
 - `ridge`: the per-judge monotone ridge and its panel weights (`features.fit_ridge_panel`).
@@ -136,10 +138,17 @@ def _take(by_judge: ByJudge, rows: np.ndarray) -> ByJudge:
 
 
 def fit_average(
-    by_judge: ByJudge, human: np.ndarray, terms: list[Term], human_scale: tuple[float, float], label: str
+    by_judge: ByJudge,
+    human: np.ndarray,
+    terms: list[Term],
+    human_scale: tuple[float, float],
+    label: str,
+    *,
+    orient: bool = True,
 ) -> FeatureAverage:
-    """The average of these features, each oriented and standardised on these rows, and its least-squares
-    line onto the human scale (never falling: the terms are already turned to rise with the humans)."""
+    """The average of these features, each standardised and (with `orient`) turned on these rows the way
+    they go with the humans, and its least-squares line onto the human scale (never falling). Without
+    `orient` every term keeps its own direction."""
     size = len(human)
     centers, scales, signs = [], [], []
     for term in terms:
@@ -148,14 +157,18 @@ def fit_average(
         centers.append(float(np.mean(values[present])) if present.any() else 0.0)
         spread = float(np.std(values[present])) if present.any() else 0.0
         scales.append(spread if spread > 1e-12 else 1.0)
-        signs.append(1.0 if (spearman(values[present], human[present]) or 0.0) >= 0 else -1.0)
+        falls = orient and (spearman(values[present], human[present]) or 0.0) < 0
+        signs.append(-1.0 if falls else 1.0)
     unmapped = FeatureAverage(tuple(terms), tuple(centers), tuple(scales), tuple(signs), 1.0, 0.0, human_scale, label)
     score = unmapped.score(by_judge)
     present = np.isfinite(score) & np.isfinite(human)
     slope, intercept = 0.0, float(np.mean(human[present])) if present.any() else float(np.mean(human_scale))
     if present.sum() >= 2 and np.ptp(score[present]) > 0:
         centred = score[present] - score[present].mean()
-        slope = max(0.0, float(centred @ (human[present] - human[present].mean()) / (centred @ centred)))
+        # unturned terms keep their order even where these rows show it falling (a flat line would lose it)
+        slope = max(
+            0.0 if orient else 1e-9, float(centred @ (human[present] - human[present].mean()) / (centred @ centred))
+        )
         intercept = float(human[present].mean() - slope * score[present].mean())
     return FeatureAverage(
         tuple(terms), tuple(centers), tuple(scales), tuple(signs), slope, intercept, human_scale, label
@@ -186,7 +199,7 @@ def candidates(
     found: dict[str, Candidate] = {}
     if summary is not None and summary in shared:
         summaries = [(judge, summary) for judge in sorted(by_judge)]
-        found[PANEL_MEAN] = lambda x, y: fit_average(x, y, summaries, human_scale, PANEL_MEAN)
+        found[PANEL_MEAN] = lambda x, y: fit_average(x, y, summaries, human_scale, PANEL_MEAN, orient=False)
     if any(by_judge.values()):
         found[FIT_BEST] = lambda x, y: fit_average(x, y, [ranked_terms(x, y)[0][0]], human_scale, FIT_BEST)
     found[RIDGE] = lambda x, y: fit_ridge_panel(x, y, human_scale, seed=seed)

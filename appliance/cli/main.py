@@ -387,12 +387,21 @@ def bench(
             "fresh process (wall time, tokens/s, prefilled/distinct, peak RSS)"
         ),
     ] = None,
+    conversations: Annotated[
+        int | None, typer.Option(min=1, help="the end-to-end workload's conversations (default: the plan's)")
+    ] = None,
+    turns: Annotated[int | None, typer.Option(min=1, help="its turns per conversation (default: the plan's)")] = None,
+    repeats: Annotated[
+        int | None, typer.Option(min=1, help="runs of each decode point, the median kept (default: the plan's)")
+    ] = None,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Engine vs raw decode loop, appliance vs sequential baselines, scoring, memory; writes bench_results/."""
     catalog = load_models(models)
+    sizes = {"conversations": conversations, "turns": turns, "repeats": repeats}
+    resized = {field: value for field, value in sizes.items() if value is not None}
     if adapters is not None:
         from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
 
@@ -403,12 +412,13 @@ def bench(
         from appliance.bench.scaling import parse_sizes, run_scaling_bench, write_scaling_bench
         from appliance.bench.suite import BenchPlan
 
-        sizes = parse_sizes(scaling)
-        plan = BenchPlan.quick() if quick else BenchPlan()
+        if conversations is not None:
+            raise ApplianceError("--conversations: with --scaling, the conversation counts are --scaling's")
+        plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update=resized)
         scaling_bench = run_scaling_bench(
             catalog,
             load_panel(panel or "default", catalog),
-            sizes,
+            parse_sizes(scaling),
             player=model or plan.model,
             turns=plan.turns,
             seed=plan.seed,
@@ -419,14 +429,26 @@ def bench(
     if backend != "llama_cpp":
         chosen = None if panel is None else load_panel(panel, catalog)
         _bench_other_backend(
-            catalog, backend, model, chosen, quick=quick, stateless=not skip_stateless, out=out, as_json=as_json
+            catalog,
+            backend,
+            model,
+            chosen,
+            quick=quick,
+            resized=resized,
+            stateless=not skip_stateless,
+            out=out,
+            as_json=as_json,
         )
         return
     if decode_only:
         from appliance.bench.suite import run_decode_bench, write_decode_outputs
 
         decode_report = run_decode_bench(
-            catalog, model or "smollm2-135m", quick=quick, say=(lambda text: None) if as_json else console.print
+            catalog,
+            model or "smollm2-135m",
+            quick=quick,
+            repeats=repeats,
+            say=(lambda text: None) if as_json else console.print,
         )
         _say_written(decode_report, write_decode_outputs(decode_report, out), as_json)
         return
@@ -438,6 +460,7 @@ def bench(
             catalog,
             chosen,
             quick=quick,
+            resized=resized,
             stateless=not skip_stateless,
             say=(lambda text: None) if as_json else console.print,
         )
@@ -476,11 +499,12 @@ def _bench_other_backend(
     panel: Panel | None,
     *,
     quick: bool,
+    resized: dict[str, int],
     stateless: bool,
     out: Path,
     as_json: bool,
 ) -> None:
-    from appliance.bench.backend_bench import run_backend_bench, write_backend_outputs
+    from appliance.bench.backend_bench import BackendBenchPlan, run_backend_bench, write_backend_outputs
 
     if backend not in ("transformers", "vllm"):
         raise ApplianceError(f"--backend: unknown backend '{backend}' (llama_cpp, transformers or vllm)")
@@ -493,6 +517,7 @@ def _bench_other_backend(
         catalog,
         spec,
         quick=quick,
+        plan=(BackendBenchPlan.quick() if quick else BackendBenchPlan()).model_copy(update=resized),
         panel=panel,
         stateless=stateless,
         say=(lambda text: None) if as_json else console.print,
