@@ -125,11 +125,10 @@ def run_bench(
     quick: bool,
     say: Callable[[str], None],
     stateless: bool = True,
-    resized: dict[str, int] | None = None,
+    plan: BenchPlan | None = None,
 ) -> BenchReport:
-    """The three workloads in turn (decode, end to end, memory), then the targets they are held to; `resized`
-    overrides fields of the plan (the end-to-end workload's conversations and turns, the decode repeats)."""
-    plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update=resized or {})
+    """The three workloads in turn (decode, end to end, memory), then the targets they are held to."""
+    plan = plan or (BenchPlan.quick() if quick else BenchPlan())
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
     raw_config, raw_configs = _ceiling(catalog, plan, say)
@@ -197,11 +196,10 @@ class DecodeBenchReport(BenchRun):
 
 
 def run_decode_bench(
-    catalog: Catalog, model: str, *, quick: bool, say: Callable[[str], None], repeats: int | None = None
+    catalog: Catalog, model: str, *, quick: bool, say: Callable[[str], None], plan: BenchPlan | None = None
 ) -> DecodeBenchReport:
     """The ceiling search and the decode points of `model` (its `gpu_layers` honoured)."""
-    plan = BenchPlan.quick() if quick else BenchPlan()
-    plan = plan.model_copy(update={"model": model, "repeats": repeats or plan.repeats})
+    plan = (plan or (BenchPlan.quick() if quick else BenchPlan())).model_copy(update={"model": model})
     spec = catalog.get(model)
     path = catalog.resolve_path(spec)
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import BaseModel
@@ -53,6 +53,9 @@ from appliance.scenarios.registry import families as registered_families  # noqa
 from appliance.scenarios.registry import family_entry  # noqa: E402
 from appliance.store import EpisodeRecord, Store  # noqa: E402
 from appliance.worker_groups import parse_group_sizes  # noqa: E402
+
+if TYPE_CHECKING:
+    from appliance.bench.suite import BenchPlan
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
 models_app = typer.Typer(no_args_is_help=True, help="The models of models.toml.")
@@ -410,11 +413,10 @@ def bench(
         return
     if scaling is not None:
         from appliance.bench.scaling import parse_sizes, run_scaling_bench, write_scaling_bench
-        from appliance.bench.suite import BenchPlan
 
         if conversations is not None:
             raise ApplianceError("--conversations: with --scaling, the conversation counts are --scaling's")
-        plan = (BenchPlan.quick() if quick else BenchPlan()).model_copy(update=resized)
+        plan = _bench_plan(quick, resized)
         scaling_bench = run_scaling_bench(
             catalog,
             load_panel(panel or "default", catalog),
@@ -447,7 +449,7 @@ def bench(
             catalog,
             model or "smollm2-135m",
             quick=quick,
-            repeats=repeats,
+            plan=_bench_plan(quick, resized),
             say=(lambda text: None) if as_json else console.print,
         )
         _say_written(decode_report, write_decode_outputs(decode_report, out), as_json)
@@ -460,7 +462,7 @@ def bench(
             catalog,
             chosen,
             quick=quick,
-            resized=resized,
+            plan=_bench_plan(quick, resized),
             stateless=not skip_stateless,
             say=(lambda text: None) if as_json else console.print,
         )
@@ -482,6 +484,13 @@ def bench(
             f"{'met' if target['met'] else 'NOT met'}"
         )
     console.print(f"wrote {json_path} and {markdown_path}")
+
+
+def _bench_plan(quick: bool, resized: dict[str, int]) -> BenchPlan:
+    """The llama.cpp benches' plan, quick or full, with the sizes given on the command line."""
+    from appliance.bench.suite import BenchPlan
+
+    return (BenchPlan.quick() if quick else BenchPlan()).model_copy(update=resized)
 
 
 def _say_written(report: BaseModel, paths: tuple[Path, Path], as_json: bool) -> None:
