@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
             axis.set_ylim(human_scale[0] - 0.3, human_scale[1] + 0.3)
             axis.set_xlabel(label)
             axis.set_ylabel("human mean")
-    figure.suptitle(title, fontsize=10)
+    # about 11 characters of 10-point text to an inch: a one-panel figure wraps the title rather than cut it
+    figure.suptitle(textwrap.fill(title, width=int(figure.get_figwidth() * 11)), fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
