@@ -131,9 +131,10 @@ class EpisodeWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def start_phase(self, families: list[ScenarioFamily]) -> None:
-        """The families (stages) of the episodes to come, prepared by the driver."""
-        self.families = families
+    def know(self, families: list[ScenarioFamily]) -> None:
+        """More families (stages) of the episodes to come, prepared by the driver; an episode names
+        its family by its place in all those known so far."""
+        self.families += families
 
     def play(self, episodes: list[ShippedEpisode]) -> None:
         for shipped in episodes:
@@ -203,6 +204,8 @@ class RayCluster:
         #: worker name -> why it left the run (a lost worker's episodes were replayed elsewhere)
         self._lost: dict[str, str] = {}
         self._counters: list[BackendCounters] = []
+        #: a family (stage) -> its place in the list every worker knows (`EpisodeWorker.know`)
+        self._known: dict[int, int] = {}
 
     @classmethod
     def start(
@@ -266,9 +269,15 @@ class RayCluster:
         Episodes of a worker that dies are handed to the others; once a stop is asked, no more are
         handed out."""
         ray = import_ray()
-        families = list({id(e.family): e.family for e in episodes}.values())
-        index = {id(family): position for position, family in enumerate(families)}
-        ray.get([worker.actor.start_phase.remote(families) for worker in self.workers])
+        index = self._known
+
+        def make_known(more: Sequence[PlannedEpisode]) -> None:
+            families = list({id(e.family): e.family for e in more if id(e.family) not in index}.values())
+            if families:
+                index.update((id(family), len(index) + place) for place, family in enumerate(families))
+                ray.get([worker.actor.know.remote(families) for worker in self.workers])
+
+        make_known(episodes)
         waiting = deque(episodes)
         results: list[EpisodeRecord | None] = []
         polls: dict[Any, _Worker] = {}
@@ -296,12 +305,18 @@ class RayCluster:
                 for other in self.workers:
                     hand_out(other)
                 continue
+            opened: list[PlannedEpisode] = []
             for episode_id, record in taken:
                 planned = worker.holding.pop(episode_id)
                 worker.played += record is not None
-                on_result(planned, record)
+                opened += on_result(planned, record) or ()
                 results.append(record)
+            make_known(opened)
+            waiting.extendleft(reversed(opened))  # as in one process: before episodes not yet started
             hand_out(worker)
+            if opened:
+                for other in self.workers:
+                    hand_out(other)
         return results
 
     def _lose(self, worker: _Worker, error: Exception, waiting: deque[PlannedEpisode]) -> None:

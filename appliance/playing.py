@@ -9,7 +9,7 @@ store, so that it can travel to a worker process that holds its own model pool.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -21,7 +21,7 @@ from appliance.client import EpisodeFailed
 from appliance.engine.backend import BackendCounters
 from appliance.episodes import EpisodeContext, EpisodeKey
 from appliance.interrupts import StopRequest
-from appliance.pool import ModelPool
+from appliance.pool import ModelPool, OnResult
 from appliance.roles import episode_roles
 from appliance.run_config import RunConfig
 from appliance.scenarios.base import Instance, ScenarioFamily
@@ -126,8 +126,9 @@ class EpisodePlayer:
         )
 
 
-#: what the runner hears of each played episode (None: a stop was asked before it started)
-OnPlayed = Callable[[PlannedEpisode, EpisodeRecord | None], None]
+#: what the runner hears of each played episode (None: a stop was asked before it started); it may
+#: hand back episodes it opens (a staged family's next stage), which are played in the same go
+OnPlayed = OnResult[PlannedEpisode, EpisodeRecord | None]
 
 
 class Players(Protocol):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -27,6 +28,8 @@ ResultT = TypeVar("ResultT")
 #: one piece of work: an item played through the scheduler of the `play` in progress (its clients and
 #: episode contexts are built on it)
 Work = Callable[[ItemT, Scheduler], Awaitable[ResultT]]
+#: what `play` does with each result as it comes: store it, say, and hand back any work it opens
+OnResult = Callable[[ItemT, ResultT], Iterable[ItemT] | None]
 
 
 class ModelPool:
@@ -80,25 +83,51 @@ class ModelPool:
         self,
         items: Sequence[ItemT],
         work: Work[ItemT, ResultT],
-        on_result: Callable[[ItemT, ResultT], None] | None = None,
+        on_result: OnResult[ItemT, ResultT] | None = None,
     ) -> list[ResultT]:
         """`work(item, scheduler)` for every item, at most `parallel` live at once, all batched by one
-        scheduler; `on_result` runs as each finishes, outside the limit (a store write holds no slot)."""
+        scheduler; `on_result` runs as each finishes (a store write, say) and may return more items
+        (a staged family's next stage). Those go before every item not yet started, so that work
+        which waits on other work is not left for the end. Results come back in the order the items
+        were given, then those opened, in the order they were opened."""
 
         async def play_all() -> list[ResultT]:
             scheduler = self.scheduler()
-            limiter = asyncio.Semaphore(self.parallel)
+            waiting: deque[tuple[int, ItemT]] = deque(enumerate(items))
+            opened = len(waiting)
+            results: dict[int, ResultT] = {}
+            live: set[asyncio.Task[None]] = set()
+            settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-            async def one(item: ItemT) -> ResultT:
-                async with limiter:
-                    result = await work(item, scheduler)
-                if on_result is not None:
-                    on_result(item, result)
-                return result
+            def start() -> None:
+                while waiting and len(live) < self.parallel:
+                    task = asyncio.ensure_future(one(*waiting.popleft()))
+                    live.add(task)
+                    task.add_done_callback(finished)
+                if not live and not settled.done():
+                    settled.set_result(None)
 
-            gathered = asyncio.gather(*(one(item) for item in items))
-            await scheduler.drive(gathered)
-            return list(await gathered)
+            def finished(task: asyncio.Task[None]) -> None:
+                live.discard(task)
+                error = None if task.cancelled() else task.exception()
+                if settled.done():
+                    return
+                if error is not None:
+                    settled.set_exception(error)
+                else:
+                    start()
+
+            async def one(number: int, item: ItemT) -> None:
+                nonlocal opened
+                results[number] = await work(item, scheduler)
+                more = list(on_result(item, results[number]) or ()) if on_result is not None else []
+                waiting.extendleft(reversed(list(enumerate(more, start=opened))))
+                opened += len(more)
+
+            start()
+            await scheduler.drive(settled)
+            settled.result()
+            return [results[number] for number in range(opened)]
 
         return asyncio.run(play_all())
 

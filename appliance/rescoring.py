@@ -20,7 +20,7 @@ from appliance.judging.panels import Panel
 from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, episode_roles
 from appliance.run_config import RunConfig
-from appliance.runner import prepare_phase, run_phases
+from appliance.runner import prepare_stage
 from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
@@ -54,9 +54,9 @@ def _playable(store: Store, run_id: str, config: RunConfig) -> dict[tuple[str, s
     playable: dict[tuple[str, str], tuple[ScenarioFamily, Instance]] = {}
     for spec in config.scenarios:
         family = load_family(spec, seed=config.seed, store=store)
-        for phase in run_phases([family]):
-            for stage in prepare_phase(phase, store, run_id):
-                playable |= {(stage.name, instance.id): (stage, instance) for instance in stage.instances()}
+        for stage in family.stages():
+            prepare_stage(stage, store, run_id)
+            playable |= {(stage.name, instance.id): (stage, instance) for instance in stage.instances()}
     return playable
 
 

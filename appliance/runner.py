@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from importlib import metadata
 from typing import Any
 
@@ -116,23 +115,10 @@ def check_code_isolation(config: RunConfig, families: list[ScenarioFamily]) -> N
         )
 
 
-def run_phases(families: list[Family]) -> list[list[ScenarioFamily]]:
-    """Families played in order: plain families all in the first phase; a staged family's stage k in phase k."""
-    phases: list[list[ScenarioFamily]] = [[]]
-    for family in families:
-        stages = family.stages()
-        while len(phases) < len(stages):
-            phases.append([])
-        for phase, stage in zip(phases, stages, strict=False):
-            phase.append(stage)
-    return [phase for phase in phases if phase]
-
-
-def prepare_phase(phase: list[ScenarioFamily], store: Store, run_id: str) -> list[ScenarioFamily]:
-    """Stages that build their instances from earlier stages' stored episodes read them now, read-only."""
-    for stage in phase:
-        stage.prepare(RunView(store, run_id, stage.name))
-    return phase
+def prepare_stage(stage: ScenarioFamily, store: Store, run_id: str) -> ScenarioFamily:
+    """A stage that builds its instances from earlier stages' stored episodes reads them now, read-only."""
+    stage.prepare(RunView(store, run_id, stage.name))
+    return stage
 
 
 def plan_episodes(run_id: str, config: RunConfig, families: list[ScenarioFamily]) -> list[PlannedEpisode]:
@@ -326,17 +312,18 @@ class Runner:
         self.catalog.refuse_synthetic(config.role_models(), "a run")
         started = time.perf_counter()
         self._calibrations = {f: get_calibration(self.store, c) for f, c in config.calibrations.items()}
-        phases = run_phases(families)
-        stages = [stage for phase in phases for stage in phase]
+        chains = [family.stages() for family in families]
+        stages = [stage for chain in chains for stage in chain]
         check_support_roles(config, stages)
         check_code_isolation(config, stages)
         with self.store.transaction():  # one state of the store; the file is let go before models load
             done = self.store.finished_episode_ids(run_id) if resumed else set()
-            first_plan = plan_episodes(run_id, config, prepare_phase(phases[0], self.store, run_id))
+            firsts = [prepare_stage(chain[0], self.store, run_id) for chain in chains]
+            first_plan = plan_episodes(run_id, config, firsts)
         shard = config.shard_of_plan()
         deal = None if shard is None else ShardDeal(shard, (episode.lineage for episode in first_plan))
         first_plan = _kept(first_plan, deal)
-        needs_models = len(phases) > 1 or any(episode.episode_id not in done for episode in first_plan)
+        needs_models = len(stages) > len(chains) or any(episode.episode_id not in done for episode in first_plan)
         names = models_needed(config, stages) if needs_models else []
         progress = _Progress()
         player = EpisodePlayer(self.catalog, config, self._calibrations, self.stop)
@@ -346,9 +333,12 @@ class Runner:
             status = "failed"
             try:
                 self._live = players
-                self._play_phases(
-                    run_id, config, phases, first_plan, deal, done, players, progress, on_episode, on_plan
-                )
+                in_flight = _StagesInFlight(self.store, self.stop, run_id, config, chains, deal, done, progress)
+                in_flight.on_plan, in_flight.on_episode = on_plan, on_episode
+                todo = in_flight.start(first_plan)
+                if todo:
+                    played = players.play(todo, in_flight.played)
+                    progress.records += [record for record in played if record is not None]
                 if self.stop.requested:
                     raise RunInterrupted(run_id)
                 status = "finished"
@@ -375,51 +365,75 @@ class Runner:
             lost_workers=lost,
         )
 
-    def _play_phases(
+
+class _StagesInFlight:
+    """Each family's stages in order, a stage planned as soon as its own family's previous stage is
+    stored: a staged family (SimulBench's collect, extract, evaluate, compare) goes on while other
+    families still play, instead of every family waiting at each stage for the slowest."""
+
+    def __init__(
         self,
+        store: Store,
+        stop: StopRequest,
         run_id: str,
         config: RunConfig,
-        phases: list[list[ScenarioFamily]],
-        first_plan: list[PlannedEpisode],
+        chains: list[list[ScenarioFamily]],
         deal: ShardDeal | None,
         done: set[str],
-        players: Players,
         progress: _Progress,
-        on_episode: Callable[[EpisodeRecord], None] | None,
-        on_plan: Callable[[str, int], None] | None,
     ) -> None:
-        """Each phase is planned once the one before it is stored (its stages may read those episodes);
-        a shard keeps its own lineages of each."""
-        for index, phase in enumerate(phases):
-            if self.stop.requested:
-                return
-            with self.store.transaction():
-                planned = (
-                    first_plan
-                    if index == 0
-                    else _kept(plan_episodes(run_id, config, prepare_phase(phase, self.store, run_id)), deal)
-                )
-                todo = [episode for episode in planned if episode.episode_id not in done]
-                progress.planned += len(planned)
-                progress.skipped += len(planned) - len(todo)
-                self.store.set_planned(run_id, progress.planned)
-            if on_plan is not None:
-                on_plan(run_id, progress.planned - progress.skipped)
-            if todo:
-                records = players.play(todo, partial(self._store_episode, on_episode))
-                progress.records += [record for record in records if record is not None]
+        self.store, self.stop, self.run_id, self.config = store, stop, run_id, config
+        self.chains, self.deal, self.done, self.progress = chains, deal, done, progress
+        #: stage -> (its chain, its place there)
+        self.place = {id(stage): (chain, index) for chain in chains for index, stage in enumerate(chain)}
+        #: chain -> episodes of its current stage not yet back
+        self.waiting_for: dict[int, int] = {}
+        self.on_plan: Callable[[str, int], None] | None = None
+        self.on_episode: Callable[[EpisodeRecord], None] | None = None
 
-    def _store_episode(
-        self,
-        on_episode: Callable[[EpisodeRecord], None] | None,
-        planned: PlannedEpisode,
-        record: EpisodeRecord | None,
-    ) -> None:
-        if record is None:
-            return
-        self.store.write_episode(record)
-        if on_episode is not None:
-            on_episode(record)
+    def start(self, first_plan: list[PlannedEpisode]) -> list[PlannedEpisode]:
+        """The first stages' episodes still to play, and those of any later stage that has nothing to
+        wait for (a resumed run whose first stages are stored)."""
+        todo = self._admit(first_plan)
+        for chain in self.chains:
+            self.waiting_for[id(chain)] = sum(1 for episode in todo if self.place[id(episode.family)][0] is chain)
+        return todo + [episode for chain in self.chains for episode in self._after(chain, 0)]
+
+    def played(self, planned: PlannedEpisode, record: EpisodeRecord | None) -> list[PlannedEpisode]:
+        """Store the episode; the last of its stage opens its family's next stage (what it returns)."""
+        if record is not None:
+            self.store.write_episode(record)
+            if self.on_episode is not None:
+                self.on_episode(record)
+        chain, index = self.place[id(planned.family)]
+        self.waiting_for[id(chain)] -= 1
+        return self._after(chain, index)
+
+    def _after(self, chain: list[ScenarioFamily], index: int) -> list[PlannedEpisode]:
+        """The episodes of the first stage after `index` that has any to play, once the chain waits
+        for nothing (none once a stop is asked)."""
+        if self.waiting_for[id(chain)]:
+            return []
+        for stage in chain[index + 1 :]:
+            if self.stop.requested:
+                return []
+            with self.store.transaction():
+                planned = plan_episodes(self.run_id, self.config, [prepare_stage(stage, self.store, self.run_id)])
+                todo = self._admit(_kept(planned, self.deal))
+            if todo:
+                self.waiting_for[id(chain)] = len(todo)
+                return todo
+        return []
+
+    def _admit(self, planned: list[PlannedEpisode]) -> list[PlannedEpisode]:
+        """Count the planned episodes (stored for progress) and drop those a resumed run has."""
+        todo = [episode for episode in planned if episode.episode_id not in self.done]
+        self.progress.planned += len(planned)
+        self.progress.skipped += len(planned) - len(todo)
+        self.store.set_planned(self.run_id, self.progress.planned)
+        if self.on_plan is not None:
+            self.on_plan(self.run_id, self.progress.planned - self.progress.skipped)
+        return todo
 
 
 def _kept(planned: list[PlannedEpisode], deal: ShardDeal | None) -> list[PlannedEpisode]:
@@ -429,7 +443,7 @@ def _kept(planned: list[PlannedEpisode], deal: ShardDeal | None) -> list[Planned
 
 @dataclass
 class _Progress:
-    """What the phases of one execution planned, skipped and played."""
+    """What one execution planned, skipped and played."""
 
     planned: int = 0
     skipped: int = 0

@@ -47,7 +47,7 @@ def _order(key: str) -> str:
 
 
 class ShardDeal:
-    """Which shard plays each lineage: the run's first phase's lineages dealt round-robin; a lineage
+    """Which shard plays each lineage: the lineages of the run's first stages dealt round-robin; a lineage
     that appears only later (none does in the shipped families) goes by its hash."""
 
     def __init__(self, shard: Shard, first_lineages: Iterable[str]) -> None:

@@ -64,7 +64,7 @@ def golden(family: str) -> dict[str, list[str]]:
     return _as_rows(json.loads(GOLDEN.read_text(encoding="utf-8"))[f"scripted:{family}"])
 
 
-@pytest.mark.parametrize("family", ["pingpong", "clembench"])
+@pytest.mark.parametrize("family", ["pingpong", "clembench", "simulbench"])
 def test_two_ray_workers_store_what_one_process_stores(family: str, tmp_path: Path) -> None:
     runners: list[RecordingRunner] = []
 
