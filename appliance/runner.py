@@ -333,8 +333,9 @@ class Runner:
             status = "failed"
             try:
                 self._live = players
-                in_flight = _StagesInFlight(self.store, self.stop, run_id, config, chains, deal, done, progress)
-                in_flight.on_plan, in_flight.on_episode = on_plan, on_episode
+                in_flight = _StagesInFlight(
+                    self.store, self.stop, run_id, config, chains, deal, done, progress, on_plan, on_episode
+                )
                 todo = in_flight.start(first_plan)
                 if todo:
                     played = players.play(todo, in_flight.played)
@@ -381,23 +382,26 @@ class _StagesInFlight:
         deal: ShardDeal | None,
         done: set[str],
         progress: _Progress,
+        on_plan: Callable[[str, int], None] | None,
+        on_episode: Callable[[EpisodeRecord], None] | None,
     ) -> None:
         self.store, self.stop, self.run_id, self.config = store, stop, run_id, config
         self.chains, self.deal, self.done, self.progress = chains, deal, done, progress
-        #: stage -> (its chain, its place there)
-        self.place = {id(stage): (chain, index) for chain in chains for index, stage in enumerate(chain)}
-        #: chain -> episodes of its current stage not yet back
-        self.waiting_for: dict[int, int] = {}
-        self.on_plan: Callable[[str, int], None] | None = None
-        self.on_episode: Callable[[EpisodeRecord], None] | None = None
+        self.on_plan, self.on_episode = on_plan, on_episode
+        #: stage -> (its chain's number, its place in the chain)
+        self.place = {
+            id(stage): (number, index) for number, chain in enumerate(chains) for index, stage in enumerate(chain)
+        }
+        #: chain number -> episodes of its current stage not yet back
+        self.waiting_for = [0] * len(chains)
 
     def start(self, first_plan: list[PlannedEpisode]) -> list[PlannedEpisode]:
         """The first stages' episodes still to play, and those of any later stage that has nothing to
         wait for (a resumed run whose first stages are stored)."""
         todo = self._admit(first_plan)
-        for chain in self.chains:
-            self.waiting_for[id(chain)] = sum(1 for episode in todo if self.place[id(episode.family)][0] is chain)
-        return todo + [episode for chain in self.chains for episode in self._after(chain, 0)]
+        for episode in todo:
+            self.waiting_for[self.place[id(episode.family)][0]] += 1
+        return todo + [episode for number in range(len(self.chains)) for episode in self._after(number, 0)]
 
     def played(self, planned: PlannedEpisode, record: EpisodeRecord | None) -> list[PlannedEpisode]:
         """Store the episode; the last of its stage opens its family's next stage (what it returns)."""
@@ -405,23 +409,23 @@ class _StagesInFlight:
             self.store.write_episode(record)
             if self.on_episode is not None:
                 self.on_episode(record)
-        chain, index = self.place[id(planned.family)]
-        self.waiting_for[id(chain)] -= 1
-        return self._after(chain, index)
+        number, index = self.place[id(planned.family)]
+        self.waiting_for[number] -= 1
+        return self._after(number, index)
 
-    def _after(self, chain: list[ScenarioFamily], index: int) -> list[PlannedEpisode]:
-        """The episodes of the first stage after `index` that has any to play, once the chain waits
-        for nothing (none once a stop is asked)."""
-        if self.waiting_for[id(chain)]:
+    def _after(self, number: int, index: int) -> list[PlannedEpisode]:
+        """The episodes of chain `number`'s first stage after `index` that has any to play, once the
+        chain waits for nothing (none once a stop is asked)."""
+        if self.waiting_for[number]:
             return []
-        for stage in chain[index + 1 :]:
+        for stage in self.chains[number][index + 1 :]:
             if self.stop.requested:
                 return []
             with self.store.transaction():
                 planned = plan_episodes(self.run_id, self.config, [prepare_stage(stage, self.store, self.run_id)])
                 todo = self._admit(_kept(planned, self.deal))
             if todo:
-                self.waiting_for[id(chain)] = len(todo)
+                self.waiting_for[number] = len(todo)
                 return todo
         return []
 
