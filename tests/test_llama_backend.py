@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from appliance.catalog import load_catalog
+from appliance.engine.chat_format import FormattedPrompt
 from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
+from appliance.errors import ApplianceError
 
 pytestmark = pytest.mark.real_model
 
@@ -187,9 +189,8 @@ def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
     assert returned.token_ids == fresh.token_ids
     if host_cache_mb:
         assert counters.saved_caches >= 1
-        # exact mode reuses the first prompt's whole aligned chunks (the decoded reply is computed again)
-        aligned = first_prompt["museum"] // ALIGNED_CHUNK * ALIGNED_CHUNK
-        assert returned.cached_prompt_tokens == counters.restored_tokens == aligned >= ALIGNED_CHUNK
+        # exact mode reuses the first prompt whole (the decoded reply is computed again)
+        assert returned.cached_prompt_tokens == counters.restored_tokens == first_prompt["museum"]
         assert 0 < counters.host_cache_peak_bytes <= host_cache_mb * 2**20
     else:
         assert counters.saved_caches == counters.restored_tokens == 0
@@ -239,6 +240,67 @@ def test_a_copied_cache_is_in_place_before_its_state_is_saved(model: str) -> Non
 def _model_path(name: str) -> Path:
     catalog = load_catalog(REPO / "models.toml")
     return catalog.resolve_path(catalog.get(name))
+
+
+@pytest.mark.parametrize(("model", "chat_format"), [("smollm2-135m", "gguf"), ("gemma3-270m", "plain")])
+def test_chat_requests_reuse_up_to_where_their_messages_part_and_match_a_fresh_prefill(
+    model: str, chat_format: str
+) -> None:
+    """Exact mode cuts a chat prompt where each earlier message leaves off. Questions that share a
+    system prompt fork it right where they part, not at the last multiple of 64 before it, and a
+    conversation's next turn reuses its previous prompt whole (only the decoded reply is computed
+    again). Every reply equals a fresh prefill's: the cuts depend on the request alone."""
+    path = _model_path(model)
+    backend = LlamaCppBackend(path, name=model, context_length=1024, slots=4, chat_format=chat_format)
+    fresh = LlamaCppBackend(path, name="fresh", context_length=1024, slots=1, chat_format=chat_format)
+    system = Message(role="system", content="You are a harbour guide." + BACKGROUND)
+    try:
+        only_system = len(backend.request_reads(GenerationRequest(messages=(system,)))[0])
+        assert only_system % ALIGNED_CHUNK > 3, "the test needs a system prompt that ends well past a chunk end"
+        replies = []
+        for question in ["When does the ferry leave?", "Where is the tea room?"]:
+            request = GenerationRequest(messages=(system, Message(role="user", content=question)), sampling=GREEDY)
+            replies.append(_run(backend, [request])[0])
+            fresh.forget_caches()
+            assert replies[-1].token_ids == _run(fresh, [request])[0].token_ids, question
+        # the second question forks the first one's cache past the system prompt's last aligned chunk
+        assert replies[1].cached_prompt_tokens > only_system // ALIGNED_CHUNK * ALIGNED_CHUNK
+        history = [system, Message(role="user", content="Say a colour.")]
+        first = _run(backend, [GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c")])[0]
+        history += [Message(role="assistant", content=first.text), Message(role="user", content="And an animal?")]
+        request = GenerationRequest(messages=tuple(history), sampling=GREEDY, conversation_key="c")
+        second = _run(backend, [request])[0]
+        fresh.forget_caches()
+        assert second.token_ids == _run(fresh, [request])[0].token_ids
+        assert second.cached_prompt_tokens == first.prompt_tokens
+    finally:
+        backend.close()
+        fresh.close()
+
+
+def test_a_chat_template_that_refuses_a_requests_leading_messages_costs_only_the_cut(
+    smollm2: LlamaCppBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A template may refuse a conversation's first messages alone (roles that must alternate): the
+    request is served as before, without a cut there."""
+    original = smollm2.formatter
+
+    class RefusesAlone:
+        def render(self, messages: Sequence[Message]) -> FormattedPrompt:
+            if len(messages) < 2:
+                raise ApplianceError("roles must alternate")
+            return original.render(messages)
+
+    monkeypatch.setattr(smollm2, "formatter", RefusesAlone())
+    smollm2.forget_caches()
+    request = GenerationRequest(
+        messages=(Message(role="system", content="You are terse."), Message(role="user", content=PROMPTS[0])),
+        sampling=GREEDY,
+    )
+    reply = _run(smollm2, [request])[0]
+    monkeypatch.setattr(smollm2, "formatter", original)
+    smollm2.forget_caches()
+    assert reply.finish_reason != "error" and reply.token_ids == _run(smollm2, [request])[0].token_ids
 
 
 @pytest.mark.parametrize("slots", [2, 1])

@@ -8,8 +8,9 @@ translation episodes), PingPong's judge prompts following the authors' templates
 player prompt tried with them is back as it was), and yes/no and pairwise judges read by probability under
 the default panel (SimulBench's challenging turns, so its extracted scripts, and its pairwise verdicts),
 SimulBench's own pairwise template (its comparison verdicts), and DeepEval's referee rating both roles in
-one verdict, which is both roles' payoff (its judgments and scores). The SmolLM2 run is stored per
-platform (`tests/golden_runs.py`)."""
+one verdict, which is both roles' payoff (its judgments and scores), and SimulateBench's answer format
+moved from each question into the system prompt (its questions' text and prompt lengths). The SmolLM2
+run is stored per platform (`tests/golden_runs.py`)."""
 
 from __future__ import annotations
 

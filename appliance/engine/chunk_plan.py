@@ -5,8 +5,10 @@ attention; Gemma 3's prefill on this CPU even without it, see docs/engine.md). S
 every prompt is cut by a plan that is a function of the request alone: chunk ends at every
 multiple of ALIGNED_CHUNK from position 0, plus boundaries the request declares (a scoring
 request declares where its scored part starts, so that all requests scoring continuations of one
-prompt share every chunk before it). A cache serves a new prompt only as far as its chunks are
-the new prompt's own planned chunks, and then it is bit-identical to computing them again.
+prompt share every chunk before it; a chat request, where each of its earlier messages leaves off,
+so that its next turn and its siblings share every chunk before the part that differs). A cache
+serves a new prompt only as far as its chunks are the new prompt's own planned chunks, and then
+it is bit-identical to computing them again.
 """
 
 from __future__ import annotations

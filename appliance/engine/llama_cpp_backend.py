@@ -33,7 +33,7 @@ from appliance.engine.llama_native import (
 )
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
-from appliance.engine.types import Completion, FinishReason, GenerationRequest, TokenScores
+from appliance.engine.types import Completion, FinishReason, GenerationRequest, Message, TokenScores
 from appliance.errors import ApplianceError
 
 #: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
@@ -225,7 +225,18 @@ class LlamaCppBackend:
             if request.prompt is not None
             else self.formatter.render(request.messages)
         )
-        return self.model.tokenize(formatted.text, parse_special=formatted.parse_special), formatted.stop
+        return self._tokenize(formatted), formatted.stop
+
+    def _tokenize(self, formatted: FormattedPrompt) -> list[int]:
+        return self.model.tokenize(formatted.text, parse_special=formatted.parse_special)
+
+    def _head(self, messages: tuple[Message, ...]) -> list[int]:
+        """The prompt of a request's leading messages; none (no cut) where the chat template refuses
+        them alone, as a template that insists on alternating roles may: a cut must never fail a request."""
+        try:
+            return self._tokenize(self.formatter.render(messages))
+        except ApplianceError:
+            return []
 
     def _continuation(self, text: str) -> list[int]:
         """A scored continuation is tokenised on its own, as it continues the prompt."""
@@ -254,11 +265,18 @@ class LlamaCppBackend:
         job.prompt_tokens = job.scoring.tokens
 
     def _declared_cuts(self, job: _Job) -> list[int]:
-        """Where a scoring request's prefill chunks end besides the aligned ones: where its scored part
-        starts, and where the request it extends is cut (its scored part's start and its end), when its
-        prompt does begin with that request's tokens."""
+        """Where a request's prefill chunks end besides the aligned ones.
+
+        A chat request: where its tokens stop agreeing with the prompt of its first message, of its
+        first two, ... (each as its own request would send it). So a conversation's next turn reuses
+        its previous prompt whole (that prompt is a head of the next one), and requests that share
+        their first messages fork right where they part, not at the last aligned end before it.
+        A scoring request: where its scored part starts, and where the request it extends is cut (its
+        scored part's start and its end), when its prompt does begin with that request's tokens."""
         if job.scoring is None:
-            return []
+            messages = job.request.messages if job.request.prompt is None else ()
+            heads = (self._head(messages[:count]) for count in range(1, len(messages)))
+            return [common_prefix(job.prompt_tokens, head) for head in heads]
         cuts = [job.scoring.first_read]
         assert job.request.scoring is not None
         extended = job.request.scoring.extends
