@@ -160,13 +160,16 @@ def test_moving_a_cache_aside_never_overwrites_the_cache_a_request_forks(
     assert reply.token_ids == fresh.token_ids
 
 
-@pytest.mark.parametrize("host_cache_mb", [64, 0])
+@pytest.mark.parametrize("host_cache_mb", [64, 4, 0])
 def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
     smollm2_path: Path, fresh_backend: LlamaCppBackend, host_cache_mb: int
 ) -> None:
     """One slot, two conversations taking turns: each request overwrites the other's cache. With a
     host cache the overwritten cache is saved and copied back when its conversation returns, and the
-    reply equals a fresh prefill's; without one the conversation is computed again."""
+    reply equals a fresh prefill's; without one the conversation is computed again, and the tokens its
+    overwritten cache held are counted as evicted. A host cache of 4 MB holds one of the two caches (about
+    2 and 3.4 MB): the returning conversation's entry is restored, and the cache its slot held, saved
+    last, is the one dropped for the budget and evicted."""
     backend = LlamaCppBackend(smollm2_path, name="one", context_length=1024, slots=1, host_cache_mb=host_cache_mb)
     systems = {
         "museum": Message(role="system", content="You are a museum guide." + BACKGROUND),
@@ -187,14 +190,21 @@ def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
     fresh_backend.forget_caches()
     fresh = _run(fresh_backend, [request])[0]
     assert returned.token_ids == fresh.token_ids
-    if host_cache_mb:
+    if host_cache_mb == 4:
+        assert counters.saved_caches == 2
+        assert returned.cached_prompt_tokens == counters.restored_tokens == first_prompt["museum"]
+        assert counters.evicted_tokens == first_prompt["library"]
+    elif host_cache_mb:
         assert counters.saved_caches >= 1
         # exact mode reuses the first prompt whole (the decoded reply is computed again)
         assert returned.cached_prompt_tokens == counters.restored_tokens == first_prompt["museum"]
         assert 0 < counters.host_cache_peak_bytes <= host_cache_mb * 2**20
+        assert counters.evicted_tokens == 0
     else:
         assert counters.saved_caches == counters.restored_tokens == 0
         assert returned.cached_prompt_tokens < ALIGNED_CHUNK
+        # both first prompts were prefilled whole, share no chunk, and were overwritten by the other
+        assert counters.evicted_tokens == first_prompt["museum"] + first_prompt["library"]
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])

@@ -16,6 +16,9 @@ from typing import Any
 import llama_cpp as C
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from appliance.bench.scoring import scoring_bench
 from appliance.calibration.apply import pick_calibrations, stale_calibrations
@@ -35,7 +38,7 @@ from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.scoring import log_softmax
+from appliance.engine.scoring import log_softmax, log_softmax_at
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import (
     Completion,
@@ -140,6 +143,19 @@ def test_scoring_logprobs_equal_the_raw_llama_cpp_api_batched_reused_and_alone(s
     # The long context was prefilled once: its later continuations started from the shared prefix.
     assert batched[1].cached_prompt_tokens > 60 and batched[2].cached_prompt_tokens > 60
     assert_batch_invariant(smollm2, requests, batched)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float32, st.integers(2, 4000), elements=st.floats(-60, 60, width=32)),
+    st.lists(st.integers(0, 10**6), min_size=1, max_size=4),
+)
+def test_reading_a_few_entries_of_a_row_gives_the_whole_rows_numbers(row: np.ndarray, picks: list[int]) -> None:
+    """A scoring request reads one or a few entries of a vocabulary-wide row: the shortcut must give the very
+    float64 numbers of the whole normalised row (stored features and golden runs depend on the last bit)."""
+    indices = [pick % len(row) for pick in picks]
+    whole = log_softmax(row.copy())
+    assert log_softmax_at(row, indices) == [float(whole[index]) for index in indices]
 
 
 def test_the_rows_a_request_reads_are_the_log_probabilities_it_returns(smollm2: LlamaCppBackend) -> None:

@@ -72,6 +72,8 @@ class ArmResult(BaseModel):
     restored_tokens: int = 0
     saved_caches: int = 0
     host_cache_peak_mb: float = 0.0
+    #: prefill-computed tokens lost when caches were overwritten (BackendCounters.evicted_tokens)
+    evicted_tokens: int = 0
     #: seconds inside llama_decode on prefill chunks and on decode steps, and sampling; the rest of the
     #: wall time is the scheduler, the episodes, the store and Python
     prefill_s: float = 0.0
@@ -212,6 +214,7 @@ def _arm(
         recomputed_cached_tokens=sum(c.recomputed_cached_tokens for c in counters),
         restored_tokens=sum(c.restored_tokens for c in counters),
         saved_caches=sum(c.saved_caches for c in counters),
+        evicted_tokens=sum(c.evicted_tokens for c in counters),
         host_cache_peak_mb=sum(c.host_cache_peak_bytes for c in counters) / 2**20,
         prefill_s=sum(c.prefill_s for c in counters),
         decode_s=sum(c.decode_s for c in counters),
@@ -424,7 +427,8 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
                 f"{sum(e2e.workload.distinct_prompt_tokens.values())} distinct prompt tokens: "
                 f"{e2e.prefill_ratio:.2f}x. Caches copied back from host memory served "
                 f"{e2e.appliance.restored_tokens} prompt tokens ({e2e.appliance.saved_caches} caches saved, "
-                f"peak {e2e.appliance.host_cache_peak_mb:.0f} MB).",
+                f"peak {e2e.appliance.host_cache_peak_mb:.0f} MB); {e2e.appliance.evicted_tokens} prefill-computed "
+                "tokens were lost when caches were overwritten.",
                 "",
             ]
             if e2e.prefill_ratio is not None

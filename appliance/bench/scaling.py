@@ -44,6 +44,8 @@ class ScalingPoint(BaseModel):
     cached_prompt_tokens: int
     decode_tokens: int
     peak_kv_cells: int
+    #: prefill-computed tokens lost when caches were overwritten: dropped from host memory, or never saved
+    evicted_tokens: int = 0
     #: the point's process, from start to the end of the workload (imports and model loads included)
     peak_rss_mb: float
     #: the workload's counts and ideal time, measured after it in the same process (not in the peak RSS)
@@ -161,6 +163,7 @@ def measure_point(
         cached_prompt_tokens=arm.cached_prompt_tokens,
         decode_tokens=arm.decode_tokens,
         peak_kv_cells=arm.peak_kv_cells,
+        evicted_tokens=arm.evicted_tokens,
         peak_rss_mb=arm.peak_rss_mb,
         ideal=ideal_time(catalog, workload, arm.wall_s, raw, sequences=conversations, seed=seed),
     )
@@ -182,13 +185,13 @@ def render_scaling_bench(bench: ScalingBench) -> str:
         f"{bench.panel}, seed {bench.seed}; every point a fresh process. Engines: {engines}.",
         "",
         "| conversations | episodes | wall s | s per conversation | x smallest point's | tokens/s | prefilled "
-        "| distinct | prefilled / distinct | generated | peak KV cells | peak RSS MB | x ideal |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| distinct | prefilled / distinct | generated | peak KV cells | evicted tokens | peak RSS MB | x ideal |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *[
             f"| {p.conversations} | {p.episodes} | {p.wall_s:.1f} | {p.seconds_per_conversation:.2f} | "
             f"{p.seconds_per_conversation / first.seconds_per_conversation:.2f} | {p.tokens_per_s:.0f} | "
             f"{p.prefill_tokens} | {p.distinct_prompt_tokens} | {p.prefill_ratio:.2f} | {p.decode_tokens} | "
-            f"{p.peak_kv_cells} | {p.peak_rss_mb:.0f} | {p.ideal.appliance_multiple:.2f} |"
+            f"{p.peak_kv_cells} | {p.evicted_tokens} | {p.peak_rss_mb:.0f} | {p.ideal.appliance_multiple:.2f} |"
             for p in bench.points
         ],
         "",

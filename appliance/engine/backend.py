@@ -35,6 +35,9 @@ class BackendCounters:
     recomputed_cached_tokens: int = 0
     restored_tokens: int = 0  # prompt tokens served by a cache copied back from host memory
     saved_caches: int = 0  # caches copied to host memory before their slot was overwritten
+    #: prefill-computed tokens lost when a cache was overwritten: dropped from host memory for its
+    #: budget, or not saved at all (asked for again, they are computed again)
+    evicted_tokens: int = 0
     host_cache_peak_bytes: int = 0  # most bytes the host-memory cache held at once
     grammar_rejections: int = 0  # sampled tokens a grammar refused (then sampled again under it)
     prefill_s: float = 0.0  # seconds inside the model on prefill chunks (where the backend can tell)

@@ -62,6 +62,8 @@ class HostCache:
         self.entries: list[SavedSequence] = []
         self.bytes = 0
         self.peak_bytes = 0
+        #: prefill-computed tokens of the entries dropped for the budget
+        self.dropped_tokens = 0
         self._clock = 0
 
     def reusable(self, entry: SavedSequence, tokens: list[int], plan: list[int], limit: int, *, exact: bool) -> int:
@@ -89,8 +91,17 @@ class HostCache:
             most = max(most, window_reuse(entry.floor, held, self.window))
         return most
 
-    def save(self, seq_id: int, tokens: list[int], batch_computed: int, chunk_ends: list[int]) -> bool:
-        """Copy sequence `seq_id`'s KV out; False when it does not fit the budget at all."""
+    def save(
+        self,
+        seq_id: int,
+        tokens: list[int],
+        batch_computed: int,
+        chunk_ends: list[int],
+        *,
+        keep: SavedSequence | None = None,
+    ) -> bool:
+        """Copy sequence `seq_id`'s KV out; False when it does not fit the budget at all. `keep`: an entry
+        about to be restored, never the one dropped for the budget (the new entry goes instead)."""
         if int(C.llama_state_seq_get_size(self.context, seq_id)) > self.budget_bytes:
             return False
         memory = C.llama_get_memory(self.context)
@@ -105,7 +116,9 @@ class HostCache:
         self.bytes += written
         self.touch(entry)
         while self.bytes > self.budget_bytes:
-            self._drop_entries([min(self.entries, key=lambda old: old.last_used)])
+            doomed = min((old for old in self.entries if old is not keep), key=lambda old: old.last_used)
+            self._drop_entries([doomed])
+            self.dropped_tokens += doomed.batch_computed
         self.peak_bytes = max(self.peak_bytes, self.bytes)
         return True
 

@@ -33,7 +33,7 @@ from appliance.engine.llama_native import (
 )
 from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
-from appliance.engine.types import Completion, FinishReason, GenerationRequest, Message, TokenScores
+from appliance.engine.types import Completion, FinishReason, GenerationRequest, Message, ScoredText, TokenScores
 from appliance.errors import ApplianceError
 
 #: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
@@ -43,6 +43,8 @@ DEFAULT_HOST_CACHE_MB = 512
 #: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
 #: large vocabulary (Gemma's 262k) makes each row a megabyte.
 MAX_SCORED_ROWS = 128
+#: Extended texts kept in token form (`_extended_tokens`): one per reply being judged is enough.
+EXTENDED_KEPT = 64
 
 
 @dataclass
@@ -191,6 +193,7 @@ class LlamaCppBackend:
         self.batch = TokenBatch(batch_tokens)
         self.slots = [_Slot(seq_id=index) for index in range(slots)]
         self.waiting: deque[_Job] = deque()
+        self._extended: dict[ScoredText, tuple[int, list[int]]] = {}
         self.counters = BackendCounters()
         self._next_ticket = 0
 
@@ -281,11 +284,22 @@ class LlamaCppBackend:
         assert job.request.scoring is not None
         extended = job.request.scoring.extends
         if extended is not None:
-            prompt = self.model.tokenize(extended.prompt, parse_special=True)
-            whole = prompt + self._continuation(extended.continuation)
+            prompt_length, whole = self._extended_tokens(extended)
             if len(whole) <= cuts[0] and job.prompt_tokens[: len(whole)] == whole:
-                cuts += [len(prompt) - 1, len(whole)]
+                cuts += [prompt_length - 1, len(whole)]
         return cuts
+
+    def _extended_tokens(self, extended: ScoredText) -> tuple[int, list[int]]:
+        """An extended request's prompt length and whole text in tokens, tokenised once for all the requests
+        that extend it (a reply's 32 follow-ups); the most recent EXTENDED_KEPT texts are kept."""
+        found = self._extended.pop(extended, None)
+        if found is None:
+            prompt = self.model.tokenize(extended.prompt, parse_special=True)
+            found = len(prompt), prompt + self._continuation(extended.continuation)
+        if len(self._extended) >= EXTENDED_KEPT:
+            del self._extended[next(iter(self._extended))]
+        self._extended[extended] = found
+        return found
 
     @property
     def busy(self) -> bool:
@@ -426,7 +440,7 @@ class LlamaCppBackend:
             if scoring is None:
                 continue
             for index, position in chunk.reads:
-                scoring.read(position, self.model.logits_row(self.context, index))
+                scoring.read(position, self.model.logits_view(self.context, index))
             if chunk.job.prefill_cursor == len(chunk.job.prompt_tokens):
                 finished.append(self._finish(chunk.job, "stop", scoring.result()))
         return finished
@@ -591,7 +605,7 @@ class LlamaCppBackend:
         """Copy a saved cache into `slot` (its own cache saved first if nothing else holds it); returns
         how many prompt tokens it serves (0 if llama.cpp refused the copy: the slot is then empty)."""
         assert self.host_cache is not None
-        self._spill(slot, kept=0)
+        self._spill(slot, kept=0, keep=saved)
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
         self._flush_copies()
         if not self.host_cache.restore(saved, slot.seq_id):
@@ -602,18 +616,19 @@ class LlamaCppBackend:
         self.counters.restored_tokens += serves
         return serves
 
-    def _spill(self, slot: _Slot, *, kept: int) -> None:
+    def _spill(self, slot: _Slot, *, kept: int, keep: SavedSequence | None = None) -> None:
         """Save `slot`'s cache to host memory before it is cut to `kept` tokens or overwritten (kept=0),
         when at least MIN_SHARED_PREFIX reusable tokens would be lost that no other slot or saved entry
-        holds (the judges' follow-ups of one transcript differ only in their last few tokens)."""
-        if self.host_cache is None:
-            return
+        holds (the judges' follow-ups of one transcript differ only in their last few tokens). Tokens
+        lost for good (no host cache, or a cache bigger than its budget) count as evicted. `keep`: the
+        entry about to be restored into this slot, which the save must not drop."""
         reach = self._reach(slot)
-        if reach - kept < MIN_SHARED_PREFIX:
+        if not self.reuse_cache or reach - kept < MIN_SHARED_PREFIX:
             return
         mine = slot.cached[:reach]
+        saved = self.host_cache.covered(mine, exact=self.exact_kv) if self.host_cache is not None else 0
         held = max(
-            [kept, self.host_cache.covered(mine, exact=self.exact_kv)]
+            [kept, saved]
             + [
                 window_reuse(
                     self._floor(other), min(common_prefix(other.cached, mine), self._reach(other)), self.window
@@ -624,10 +639,17 @@ class LlamaCppBackend:
         )
         if reach - held < MIN_SHARED_PREFIX:
             return
+        if self.host_cache is None:
+            self.counters.evicted_tokens += reach - held
+            return
         self._flush_copies()
-        if self.host_cache.save(slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends):
+        dropped = self.host_cache.dropped_tokens
+        if self.host_cache.save(slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends, keep=keep):
             self.counters.saved_caches += 1
             self.counters.host_cache_peak_bytes = self.host_cache.peak_bytes
+            self.counters.evicted_tokens += self.host_cache.dropped_tokens - dropped
+        else:
+            self.counters.evicted_tokens += reach - held
 
     def _reach(self, slot: _Slot) -> int:
         """How many leading tokens of the slot's cache a later prompt could reuse."""

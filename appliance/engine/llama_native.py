@@ -167,6 +167,10 @@ class LlamaModel:
         """The logits llama.cpp computed for batch entry `index` of the last decode (a copy)."""
         return logits_view(context, index, self.n_vocab).copy()
 
+    def logits_view(self, context: Any, index: int) -> np.ndarray:
+        """The same row in llama.cpp's own buffer, without a copy: valid until the next decode."""
+        return logits_view(context, index, self.n_vocab)
+
     def piece(self, token: int) -> bytes:
         """The bytes of one generated token (control tokens render as nothing)."""
         buffer = ctypes.create_string_buffer(64)

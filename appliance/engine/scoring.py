@@ -26,6 +26,16 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return result
 
 
+def log_softmax_at(logits: np.ndarray, indices: list[int]) -> list[float]:
+    """`log_softmax(logits)[indices]`, the same float64 numbers, without writing out the whole normalised
+    row: a scoring request reads one or a few entries of a row as wide as the vocabulary (Gemma's 262k)."""
+    values = logits.astype(np.float64)
+    peak = values.max()
+    shifted = values - peak
+    log_total = np.log(np.exp(shifted, out=shifted).sum())
+    return [float((values[index] - peak) - log_total) for index in indices]
+
+
 class ScoringError(ValueError):
     """A scoring request this model cannot answer (an empty prompt, a choice that is not one token)."""
 
@@ -64,11 +74,10 @@ class ScoringPlan:
 
     def read(self, position: int, logits: np.ndarray) -> None:
         """Record what the logits at `position` say about the next token (or the choices, at the end)."""
-        logprobs = log_softmax(logits)
         if position + 1 < len(self.tokens):
-            self.token_logprobs.append(float(logprobs[self.tokens[position + 1]]))
+            self.token_logprobs += log_softmax_at(logits, [self.tokens[position + 1]])
         else:
-            self.choice_logprobs = [float(logprobs[choice]) for choice in self.choices]
+            self.choice_logprobs = log_softmax_at(logits, self.choices)
 
     def result(self) -> TokenScores:
         return TokenScores(token_logprobs=tuple(self.token_logprobs), choice_logprobs=tuple(self.choice_logprobs))
