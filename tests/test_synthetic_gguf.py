@@ -117,7 +117,8 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     rows = [line for line in markdown.read_text().splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 2 and rows[0].split("|")[5].strip() == "1.00"  # the smallest point is its own unit
     assert [int(row.split("|")[8]) for row in rows] == distinct
-    assert [float(row.split("|")[13]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
+    assert [int(row.split("|")[12]) for row in rows] == [p["evicted_tokens"] for p in points]
+    assert [float(row.split("|")[14]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
     assert_clean_error(cli("bench", "--scaling", "16,x", "--models", str(models)), "--scaling", "'x'")
     assert_clean_error(cli("bench", "--scaling", "0", "--models", str(models)), "--scaling", "'0'")
     assert_clean_error(
