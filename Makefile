@@ -108,7 +108,7 @@ calibrations: install
 	done
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups $(CURVE)
 	$(BIN)/appliance calibrate --labels fed-dialogue --criterion Overall --template dialogue_followups $(CURVE)
-	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 200 --template dialogue_followups $(CURVE)
+	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 300 --template dialogue_followups $(CURVE)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)

@@ -20,6 +20,7 @@ from appliance.calibration.combiner import (
 )
 from appliance.calibration.curve import curve_cells, learning_curve
 from appliance.calibration.features import fit_ridge_panel, nonnegative_quadratic_minimum
+from appliance.calibration.heldout import panel_mean_predictor
 from appliance.calibration.metrics import rank, rank_columns, spearman, spearman_columns
 from appliance.calibration.tables import ItemTable, split_items
 from appliance.view.figures import calibration_figures
@@ -207,3 +208,19 @@ def test_the_learning_curve_refits_each_size_on_its_own_split() -> None:
     lines = figures[-1]["data"]
     assert [line["name"] for line in lines] == ["panel calibrated", "fit-best feature", "panel mean", "ridge alone"]
     assert all(line["x"] == [10, 20, 30] for line in lines)
+
+
+def test_the_reported_plain_mean_is_the_combiners_panel_mean_which_no_label_turns_or_ties() -> None:
+    """The report's and the curve's `panel mean` row is the label-free mean the combiner weighs: each
+    summary in its own direction, on a line. An isotonic step fitted on the labels (the row before)
+    tied items and turned a judge the way fifty rows showed, moving its Spearman by chance."""
+    features, human = spread_items(80, 5)
+    features["smollm2-135m"]["followup"] = -features["smollm2-135m"]["followup"]  # a judge that falls
+    table = _table(features, human)
+    fit, held = table.take(np.arange(40)), table.take(np.arange(40, 80))
+    reported = panel_mean_predictor(fit)(held)
+    candidate = candidates(fit.features, fit.annotator_range(), summary="followup", seed=0)[PANEL_MEAN]
+    assert reported.tolist() == candidate(fit.features, fit.human).predict(held.features).tolist()
+    assert len(np.unique(reported)) == len(held)  # no ties
+    standardised = [(held.judges[j] - np.mean(fit.judges[j])) / np.std(fit.judges[j]) for j in JUDGES]
+    assert _spearman(reported, held.human) == pytest.approx(_spearman(np.mean(standardised, axis=0), held.human))

@@ -3,7 +3,9 @@
 Rows reported:
 - each judge: raw scores linearly rescaled to the human scale (so MAE and
   alpha are meaningful), and under `calibrated` its own isotonic map;
-- `panel_mean`: the plain mean of the rescaled judges;
+- `panel_mean`: the plain mean of the rescaled judges (probability-reading
+  judges: of their standardised summaries, in the template's direction, on a
+  line: the combiner's `panel mean` candidate);
 - `panel_calibrated`: the fitted calibration;
 - `human_ceiling`: each annotator against the mean (pairwise: majority) of
   the others, averaged over annotators: what agreement humans reach;
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.combiner import Combination, Term, fit_average, ranked_terms
+from appliance.calibration.combiner import PANEL_MEAN, ByJudge, Combination, Term, fit_average, ranked_terms
 from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.isotonic import fit_isotonic
 from appliance.calibration.metrics import (
@@ -50,6 +52,8 @@ from appliance.calibration.tables import ItemTable, majority
 
 Row = dict[str, Any]
 Predictor = Callable[[ItemTable], np.ndarray]
+#: the name the plain panel mean gives each judge's summary score
+SUMMARY = "summary"
 
 
 def rating_metrics(predicted: np.ndarray, human: np.ndarray) -> dict[str, float | None]:
@@ -126,20 +130,18 @@ def _rating_scorer(held: ItemTable, seed: int, resamples: int) -> Callable[[Pred
 
 
 def panel_mean_predictor(fit: ItemTable) -> Predictor:
-    """The plain panel mean: the judges' summary scores standardised on the fitting part, averaged, and
-    mapped monotonically onto the human scale."""
-    summaries = {j: fit.judges[j] for j in fit.judges}
+    """The plain panel mean, exactly the combiner's `panel mean` candidate: the judges' summary scores
+    standardised on the fitting part and averaged, each in its template's direction, on a line onto the
+    human scale. No label turns or reorders it, so its held-out Spearman is the label-free mean's (an
+    isotonic step, as this row once used, ties items and moved it by up to 0.05 on DSTC9)."""
+    judges = sorted(fit.judges)
 
-    def standardised_mean(table: ItemTable) -> np.ndarray:
-        columns = []
-        for judge, values in summaries.items():
-            center, spread = np.nanmean(values), np.nanstd(values) or 1.0
-            columns.append((table.judges[judge] - center) / spread)
-        with np.errstate(invalid="ignore"):
-            return np.nanmean(np.vstack(columns), axis=0) if columns else np.full(len(table), np.nan)
+    def summaries(table: ItemTable) -> ByJudge:
+        return {judge: {SUMMARY: table.judges[judge]} for judge in judges}
 
-    mean_map = monotone_map(standardised_mean(fit), fit.human)
-    return lambda table: mean_map(standardised_mean(table))
+    terms = [(judge, SUMMARY) for judge in judges]
+    average = fit_average(summaries(fit), fit.human, terms, fit.annotator_range(), PANEL_MEAN, orient=False)
+    return lambda table: average.predict(summaries(table))
 
 
 def fit_best_feature(fit: ItemTable) -> tuple[Term, float, Predictor] | None:
