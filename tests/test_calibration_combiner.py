@@ -9,19 +9,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from appliance.calibration import combiner
 from appliance.calibration.combiner import (
+    BLEND,
     PANEL_MEAN,
+    REPEATS,
+    Blend,
     ByJudge,
     FeatureAverage,
     candidates,
     fit_average,
+    fit_blend,
     fit_feature_calibration,
     ranked_terms,
 )
 from appliance.calibration.curve import curve_cells, learning_curve
-from appliance.calibration.features import fit_ridge_panel, nonnegative_quadratic_minimum
+from appliance.calibration.features import FOLDS, FeatureCalibration, fit_ridge_panel, nonnegative_quadratic_minimum
 from appliance.calibration.heldout import panel_mean_predictor
 from appliance.calibration.metrics import rank, rank_columns, spearman, spearman_columns
+from appliance.calibration.models import calibration_from_json
 from appliance.calibration.tables import ItemTable, split_items
 from appliance.view.figures import calibration_figures
 
@@ -126,7 +132,7 @@ def test_with_few_labels_the_chosen_combination_keeps_the_feature_that_tells() -
         features, human = judged_items(100, seed)
         held_features, held_human = judged_items(1000, 100 + seed)
         combination = fit_feature_calibration(features, human, (1.0, 5.0), summary="followup", seed=seed)
-        assert set(combination.cross_validated) == {"panel mean", "top 1", "ridge"}
+        assert set(combination.cross_validated) == {"panel mean", "top 1", "ridge", "mean + ridge"}
         term = ranked_terms(features, human)[0][0]
         single = fit_average(features, human, [term], (1.0, 5.0), "top 1")
         panel = fit_ridge_panel(features, human, (1.0, 5.0), seed=seed)
@@ -224,3 +230,60 @@ def test_the_reported_plain_mean_is_the_combiners_panel_mean_which_no_label_turn
     assert len(np.unique(reported)) == len(held)  # no ties
     standardised = [(held.judges[j] - np.mean(fit.judges[j])) / np.std(fit.judges[j]) for j in JUDGES]
     assert _spearman(reported, held.human) == pytest.approx(_spearman(np.mean(standardised, axis=0), held.human))
+
+
+def test_a_blend_standardises_each_part_on_its_rows_and_averages_what_a_row_has() -> None:
+    """The blend of the panel mean and the ridge: each part's prediction standardised by its spread on the
+    fitting rows (so neither part's scale outweighs the other), averaged, mapped on a rising line; it is
+    saved and read back whole, and a row whose ridge features are missing keeps the mean's part."""
+    features, human = spread_items(120, 3)
+    summaries = [(judge, "followup") for judge in JUDGES]
+    mean = fit_average(features, human, summaries, (1.0, 5.0), PANEL_MEAN, orient=False)
+    ridge = fit_ridge_panel(features, human, (1.0, 5.0), seed=0)
+    blend = fit_blend([mean, ridge], features, human, (1.0, 5.0), BLEND)
+    parts = [part.predict(features) for part in (mean, ridge)]
+    assert blend.center == pytest.approx([np.mean(p) for p in parts]) and blend.slope > 0
+    expected = np.mean([(p - np.mean(p)) / np.std(p) for p in parts], axis=0)
+    assert blend.score(features) == pytest.approx(expected)
+    again = calibration_from_json(blend.to_json())
+    assert isinstance(again, Blend) and again.predict(features).tolist() == blend.predict(features).tolist()
+    needed = blend.features_by_judge()
+    assert set(needed[JUDGES[0]]) == {"followup"} | set(ridge.features_by_judge()[JUDGES[0]])
+    summaries_only = {
+        judge: {
+            name: values if name == "followup" else np.full(len(values), np.nan) for name, values in columns.items()
+        }
+        for judge, columns in features.items()
+    }
+    assert blend.score(summaries_only) == pytest.approx((parts[0] - np.mean(parts[0])) / np.std(parts[0]))
+
+
+def test_a_ridge_short_of_rows_leaves_the_blend_to_the_mean() -> None:
+    """Below the ridge's row floor (its features + 2) the ridge fits no judge; the blend is then the mean
+    alone, in the mean's order, not a NaN: inside the folds of a 50-label fit this is what is scored."""
+    features, human = spread_items(20, 4)
+    summaries = [(judge, "followup") for judge in JUDGES]
+    mean = fit_average(features, human, summaries, (1.0, 5.0), PANEL_MEAN, orient=False)
+    ridge = fit_ridge_panel(features, human, (1.0, 5.0), seed=0)
+    assert not ridge.judges
+    blend = fit_blend([mean, ridge], features, human, (1.0, 5.0), BLEND)
+    assert blend.parts == (mean,)
+    assert rank(blend.predict(features)).tolist() == rank(mean.predict(features)).tolist()
+
+
+def test_the_blend_refits_no_ridge_the_ridge_candidate_already_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ridge is the costly fit, and the blend needs it on the very rows the ridge candidate was fitted
+    on: once per fold and repeat, and once more on the whole fitting part when a ridge-using candidate
+    is chosen, never twice."""
+    calls: list[int] = []
+
+    def counted(by_judge: ByJudge, human: np.ndarray, *args: object, **kwargs: object) -> FeatureCalibration:
+        calls.append(len(human))
+        return fit_ridge_panel(by_judge, human, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(combiner, "fit_ridge_panel", counted)
+    features, human = spread_items(60, 2)
+    combination = fit_feature_calibration(features, human, (1.0, 5.0), summary="followup", seed=1)
+    assert combination.chosen in {BLEND, "ridge", "top 1"}
+    whole = 1 if combination.chosen != "top 1" else 0
+    assert len(calls) == REPEATS * FOLDS + whole

@@ -24,9 +24,8 @@ from statistics import mean
 
 import numpy as np
 
-from appliance.calibration.combiner import FeatureAverage, FeaturePanel
-from appliance.calibration.features import FeatureCalibration
-from appliance.calibration.models import RatingCalibration, calibration_from_json
+from appliance.calibration.combiner import FeaturePanel
+from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.judging.panels import Panel
 from appliance.judging.templates import REFUSAL, load_conversation_template, load_judge_template
@@ -80,7 +79,7 @@ def pick_calibrations(
                 *newest_calibrations(store, panel.name, template, list(panel.judges)),
                 *shipped_calibrations(folder, panel, template),
             )
-            if record.model.get("kind") in ("rating", "features", "feature_average")
+            if record.model.get("kind") in RATING_KINDS
             and record.model.get("template_fingerprint", fingerprint) == fingerprint
         ]
         for metric, target in calibrated_metrics(stage, panel).items():
@@ -200,7 +199,7 @@ def apply_calibration(
     scores: list[ScoreRecord], judgments: Sequence[JudgmentRecord], record: CalibrationRecord, metric: str
 ) -> list[ScoreRecord]:
     calibration = calibration_from_json(record.model)
-    assert isinstance(calibration, RatingCalibration | FeatureCalibration | FeatureAverage)
+    assert isinstance(calibration, RatingCalibration | FeaturePanel)
     per_target = _target_predictions(calibration, judgments, record.template)
     if not per_target:
         return scores

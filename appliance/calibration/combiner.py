@@ -10,30 +10,39 @@ one feature that carried the signal. So the regression is only one candidate amo
   dozen labels turn a judge the wrong way as often as not;
 - `top 1`: the feature, of any judge, whose rank correlation with the humans is largest on the rows
   fitted, turned the way those rows show (the fit-best feature);
-- `ridge`: the per-judge monotone ridge and its panel weights (`features.fit_ridge_panel`).
+- `ridge`: the per-judge monotone ridge and its panel weights (`features.fit_ridge_panel`);
+- `mean + ridge`: the two averaged with equal weight, each standardised on the rows fitted (`Blend`);
+  where the ridge is short of rows (its features + 2), the mean alone.
 
 Each candidate is scored by repeated K-fold cross-validation inside the fitting part (refitted,
 its feature chosen again, without each fold; the Spearman of the pooled out-of-fold predictions).
-Three candidates, each the best of its kind where the data favour it: the mean where every follow-up
-carries a little (FED), one feature where one carries it all (the issue's coherence set), the ridge
-where there are labels enough to weigh them. With fifty labels the scores move with noise as much as
-with merit, so the panel mean, which needs no labels, is kept unless the better-scoring fitted
-candidate leads it by more than half a bootstrap standard error of the paired difference (`MARGIN`).
+The default is the better-scoring of the blend and the panel mean, a tie going to the blend (inside
+the folds of fifty labels the ridge cannot be fitted, so there the blend is the mean; fitted on all
+fifty, the ridge joins it). The mean and the ridge err differently: on FED and USR, at 50 to 150
+labels, the blend held out at or above the mean and the fit-best feature. Where every feature carries
+the same little (the tests' synthetic FED-like tables) the mean alone is best, and it scores so. With
+fifty labels the scores move with noise as much as with merit, so a challenger (`top 1`, where one
+feature carries it all, as on the issue's coherence set; the ridge alone, where there are labels
+enough to weigh every feature) replaces the default only if it leads it by more than half a bootstrap
+standard error of the paired difference (`MARGIN`).
 
-Weighed on FED's stored features and on synthetic tables, and dropped (docs/judging.md, "Combining
-features with few labels"): averages of the k best features and of the judges' PMIs, which noise
-chose at 50 labels and which then held out below the plain mean; the ridge as the incumbent, which
-kept a poor ridge where one feature carried the signal; the best score winning outright, which chose
-the fit-best feature by noise where the mean was better; and a full standard error, which kept the
-mean where one feature was needed. The choice is refitted on the whole fitting part; everything here
-sees the fitting part only.
+Weighed on FED's and USR's stored features and on synthetic tables, and dropped (docs/judging.md,
+"Combining features with few labels"): averages of the k best features and of the judges' PMIs, which
+noise chose at 50 labels and which then held out below the plain mean; the ridge as the default, which
+kept a poor ridge where one feature carried the signal; the panel mean alone as the default, which
+lost the blend's gain and fell under itself where a challenger won by noise; the blend alone as the
+default, which kept a poor ridge in the blend where the mean alone was best; the best score winning
+outright, which chose the fit-best feature by noise where the mean was better; and a full standard
+error, which kept the default where one feature was needed. The choice is refitted on the whole
+fitting part; everything here sees the fitting part only.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,13 +56,35 @@ REPEATS = 3
 MARGIN = 0.5
 #: bootstrap resamples of that standard error
 LEAD_RESAMPLES = 300
-PANEL_MEAN, FIT_BEST, RIDGE = "panel mean", "top 1", "ridge"
+PANEL_MEAN, FIT_BEST, RIDGE, BLEND = "panel mean", "top 1", "ridge", "mean + ridge"
+#: the combinations that need no more labels than the mean: the better-scoring one is kept unless a
+#: challenger leads it by the margin
+DEFAULTS = (BLEND, PANEL_MEAN)
+CHALLENGERS = (FIT_BEST, RIDGE)
+#: the least slope of a line that must keep its score's order
+KEEP_ORDER = 1e-9
 Term = tuple[str, str]
 ByJudge = dict[str, FeatureColumns]
 
 
+class _Lined:
+    """A score mapped onto the human scale by a line."""
+
+    slope: float
+    intercept: float
+    human_scale: tuple[float, float]
+
+    def score(self, by_judge: ByJudge) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, by_judge: ByJudge) -> np.ndarray:
+        """On the human scale (clipped to it); NaN for a row the score leaves out."""
+        predicted: np.ndarray = np.clip(self.intercept + self.slope * self.score(by_judge), *self.human_scale)
+        return predicted
+
+
 @dataclass(frozen=True)
-class FeatureAverage:
+class FeatureAverage(_Lined):
     """The mean of standardised features (judge, feature), each turned the way the fitting part shows,
     mapped linearly onto the human scale. A row missing some features averages the ones it has."""
 
@@ -70,21 +101,12 @@ class FeatureAverage:
     def score(self, by_judge: ByJudge) -> np.ndarray:
         """The average of the oriented standardised features, before the map to the human scale."""
         size = _rows(by_judge)
-        columns = [
-            sign * (_column(by_judge, term, size) - center) / scale
-            for term, center, scale, sign in zip(self.terms, self.center, self.scale, self.signs, strict=True)
-        ]
-        stacked = np.vstack(columns)
-        present = np.isfinite(stacked).any(axis=0)
-        with np.errstate(invalid="ignore"):
-            means = np.nanmean(np.where(present, stacked, 0.0), axis=0)
-        result: np.ndarray = np.where(present, means, np.nan)
-        return result
-
-    def predict(self, by_judge: ByJudge) -> np.ndarray:
-        """On the human scale (clipped to it); NaN for a row with none of the features."""
-        predicted: np.ndarray = np.clip(self.intercept + self.slope * self.score(by_judge), *self.human_scale)
-        return predicted
+        return _mean_present(
+            [
+                sign * (_column(by_judge, term, size) - center) / scale
+                for term, center, scale, sign in zip(self.terms, self.center, self.scale, self.signs, strict=True)
+            ]
+        )
 
     def features_by_judge(self) -> dict[str, tuple[str, ...]]:
         """The features each judge must supply."""
@@ -121,7 +143,95 @@ class FeatureAverage:
         )
 
 
-FeaturePanel = FeatureAverage | FeatureCalibration
+@dataclass(frozen=True)
+class Blend(_Lined):
+    """Fitted combinations averaged with equal weight, each prediction standardised on the fitting part,
+    mapped linearly onto the human scale (never falling). A row missing some parts averages the others."""
+
+    parts: tuple[FeatureAverage | FeatureCalibration, ...]
+    center: tuple[float, ...]
+    scale: tuple[float, ...]
+    slope: float
+    intercept: float
+    human_scale: tuple[float, float]
+    label: str
+
+    def score(self, by_judge: ByJudge) -> np.ndarray:
+        """The average of the parts' standardised predictions, before the map to the human scale."""
+        return _mean_present(
+            [
+                (part.predict(by_judge) - center) / scale
+                for part, center, scale in zip(self.parts, self.center, self.scale, strict=True)
+            ]
+        )
+
+    def features_by_judge(self) -> dict[str, tuple[str, ...]]:
+        """The features each judge must supply to any part."""
+        found: dict[str, dict[str, None]] = {}
+        for part in self.parts:
+            for judge, names in part.features_by_judge().items():
+                found.setdefault(judge, {}).update(dict.fromkeys(names))
+        return {judge: tuple(names) for judge, names in found.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "blend",
+            "parts": [part.to_json() for part in self.parts],
+            "center": list(self.center),
+            "scale": list(self.scale),
+            "slope": self.slope,
+            "intercept": self.intercept,
+            "human_scale": list(self.human_scale),
+            "label": self.label,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Blend:
+        low, high = data["human_scale"]
+        parts = tuple(
+            FeatureAverage.from_json(part) if part["kind"] == "feature_average" else FeatureCalibration.from_json(part)
+            for part in data["parts"]
+        )
+        return cls(
+            parts,
+            tuple(map(float, data["center"])),
+            tuple(map(float, data["scale"])),
+            float(data["slope"]),
+            float(data["intercept"]),
+            (float(low), float(high)),
+            str(data["label"]),
+        )
+
+
+FeaturePanel = FeatureAverage | FeatureCalibration | Blend
+
+
+def ridge_part(model: FeaturePanel) -> FeatureCalibration | None:
+    """The per-judge ridge panel this combination is or blends, if any."""
+    if isinstance(model, Blend):
+        return next((part for part in model.parts if isinstance(part, FeatureCalibration)), None)
+    return model if isinstance(model, FeatureCalibration) else None
+
+
+def _mean_present(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, the mean of the columns present there; NaN where none is."""
+    stacked = np.vstack(columns)
+    present = np.isfinite(stacked).any(axis=0)
+    with np.errstate(invalid="ignore"):
+        means = np.nanmean(np.where(present, stacked, 0.0), axis=0)
+    result: np.ndarray = np.where(present, means, np.nan)
+    return result
+
+
+def _line(score: np.ndarray, human: np.ndarray, human_scale: tuple[float, float], floor: float) -> tuple[float, float]:
+    """The least-squares line (slope, intercept) from the score onto the human values, its slope at least
+    `floor`; flat at the human mean where the score cannot place a line."""
+    present = np.isfinite(score) & np.isfinite(human)
+    if present.sum() < 2 or np.ptp(score[present]) == 0:
+        return 0.0, float(np.mean(human[present])) if present.any() else float(np.mean(human_scale))
+    centred = score[present] - score[present].mean()
+    slope = max(floor, float(centred @ (human[present] - human[present].mean()) / (centred @ centred)))
+    return slope, float(human[present].mean() - slope * score[present].mean())
 
 
 def _rows(by_judge: ByJudge) -> int:
@@ -160,19 +270,36 @@ def fit_average(
         falls = orient and (spearman(values[present], human[present]) or 0.0) < 0
         signs.append(-1.0 if falls else 1.0)
     unmapped = FeatureAverage(tuple(terms), tuple(centers), tuple(scales), tuple(signs), 1.0, 0.0, human_scale, label)
-    score = unmapped.score(by_judge)
-    present = np.isfinite(score) & np.isfinite(human)
-    slope, intercept = 0.0, float(np.mean(human[present])) if present.any() else float(np.mean(human_scale))
-    if present.sum() >= 2 and np.ptp(score[present]) > 0:
-        centred = score[present] - score[present].mean()
-        # unturned terms keep their order even where these rows show it falling (a flat line would lose it)
-        slope = max(
-            0.0 if orient else 1e-9, float(centred @ (human[present] - human[present].mean()) / (centred @ centred))
-        )
-        intercept = float(human[present].mean() - slope * score[present].mean())
+    # unturned terms keep their order even where these rows show it falling (a flat line would lose it)
+    slope, intercept = _line(unmapped.score(by_judge), human, human_scale, 0.0 if orient else KEEP_ORDER)
     return FeatureAverage(
         tuple(terms), tuple(centers), tuple(scales), tuple(signs), slope, intercept, human_scale, label
     )
+
+
+def fit_blend(
+    fitted: list[FeatureAverage | FeatureCalibration],
+    by_judge: ByJudge,
+    human: np.ndarray,
+    human_scale: tuple[float, float],
+    label: str,
+) -> Blend:
+    """These combinations (fitted on these rows) averaged with equal weight, each standardised by its
+    predictions on these rows; a part that predicts none of them (a ridge short of rows) is left out."""
+    parts, centers, scales = [], [], []
+    for part in fitted:
+        predicted = part.predict(by_judge)
+        present = np.isfinite(predicted)
+        if not present.any():
+            continue
+        spread = float(np.std(predicted[present]))
+        parts.append(part)
+        centers.append(float(np.mean(predicted[present])))
+        scales.append(spread if spread > 1e-12 else 1.0)
+    unmapped = Blend(tuple(parts), tuple(centers), tuple(scales), 1.0, 0.0, human_scale, label)
+    score = unmapped.score(by_judge) if parts else np.full(len(human), np.nan)
+    slope, intercept = _line(score, human, human_scale, KEEP_ORDER)
+    return Blend(tuple(parts), tuple(centers), tuple(scales), slope, intercept, human_scale, label)
 
 
 def ranked_terms(by_judge: ByJudge, human: np.ndarray) -> list[tuple[Term, float]]:
@@ -189,6 +316,26 @@ def ranked_terms(by_judge: ByJudge, human: np.ndarray) -> list[tuple[Term, float
 
 
 Candidate = Callable[[ByJudge, np.ndarray], FeaturePanel]
+Model = TypeVar("Model")
+
+
+def _memoised(fit: Callable[[ByJudge, np.ndarray], Model]) -> Callable[[ByJudge, np.ndarray], Model]:
+    """`fit`, computed once per distinct input: the blend needs the ridge fitted on the very rows the
+    ridge candidate was just fitted on, and the ridge is the costly fit."""
+    cache: dict[bytes, Model] = {}
+
+    def cached(by_judge: ByJudge, human: np.ndarray) -> Model:
+        digest = hashlib.blake2b(np.ascontiguousarray(human).tobytes())
+        for judge in sorted(by_judge):
+            for name in sorted(by_judge[judge]):
+                digest.update(f"{judge}\0{name}\0".encode())
+                digest.update(np.ascontiguousarray(by_judge[judge][name]).tobytes())
+        key = digest.digest()
+        if key not in cache:
+            cache[key] = fit(by_judge, human)
+        return cache[key]
+
+    return cached
 
 
 def candidates(
@@ -197,12 +344,22 @@ def candidates(
     """The combinations weighed, simplest first (see the module docstring); each refits from its rows."""
     shared = set.intersection(*(set(columns) for columns in by_judge.values())) if by_judge else set()
     found: dict[str, Candidate] = {}
-    if summary is not None and summary in shared:
-        summaries = [(judge, summary) for judge in sorted(by_judge)]
-        found[PANEL_MEAN] = lambda x, y: fit_average(x, y, summaries, human_scale, PANEL_MEAN, orient=False)
+    summaries = [(judge, summary) for judge in sorted(by_judge)] if summary is not None and summary in shared else []
+
+    def mean(x: ByJudge, y: np.ndarray) -> FeatureAverage:
+        return fit_average(x, y, summaries, human_scale, PANEL_MEAN, orient=False)
+
+    @_memoised
+    def ridge(x: ByJudge, y: np.ndarray) -> FeatureCalibration:
+        return fit_ridge_panel(x, y, human_scale, seed=seed)
+
+    if summaries:
+        found[PANEL_MEAN] = mean
     if any(by_judge.values()):
         found[FIT_BEST] = lambda x, y: fit_average(x, y, [ranked_terms(x, y)[0][0]], human_scale, FIT_BEST)
-    found[RIDGE] = lambda x, y: fit_ridge_panel(x, y, human_scale, seed=seed)
+    found[RIDGE] = ridge
+    if summaries:
+        found[BLEND] = lambda x, y: fit_blend([mean(x, y), ridge(x, y)], x, y, human_scale, BLEND)
     return found
 
 
@@ -250,19 +407,21 @@ def lead_standard_error(challenger: np.ndarray, default: np.ndarray, human: np.n
 @dataclass(frozen=True)
 class Combination:
     """The candidate chosen, refitted on the whole fitting part, what every candidate scored, and the best
-    fitted candidate's lead over the panel mean with its standard error (None without a panel mean)."""
+    challenger's lead over the default with its standard error (None without a default)."""
 
     model: FeaturePanel
     chosen: str
     cross_validated: dict[str, float | None] = field(default_factory=dict)
     lead: float | None = None
     standard_error: float | None = None
+    default: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen,
             "cross_validated_spearman": self.cross_validated,
-            "lead_over_panel_mean": self.lead,
+            "default": self.default,
+            "lead_over_default": self.lead,
             "standard_error": self.standard_error,
             "margin": MARGIN,
         }
@@ -286,12 +445,15 @@ def fit_feature_calibration(
         name: out_of_fold(candidate, by_judge, human, seed=seed, repeats=repeats) for name, candidate in options.items()
     }
     scores = {name: cross_validated_spearman(values, labelled) for name, values in predicted.items()}
-    fitted = [name for name in options if name != PANEL_MEAN and scores[name] is not None]
+    # the first of the defaults scored wins a tie: inside the folds of 50 labels the blend is the mean
+    defaults = [name for name in DEFAULTS if name in options and scores[name] is not None]
+    default = max(defaults, key=lambda name: scores[name] or 0.0) if defaults else None
+    fitted = [name for name in CHALLENGERS if name in options and scores[name] is not None]
     best = max(fitted, key=lambda name: scores[name] or 0.0) if fitted else RIDGE
-    prior = scores.get(PANEL_MEAN)
-    if prior is None or not fitted:
+    prior = scores.get(default) if default else None
+    if default is None or prior is None or not fitted:
         return Combination(options[best](by_judge, human), best, scores)
     lead = (scores[best] or 0.0) - prior
-    error = lead_standard_error(predicted[best], predicted[PANEL_MEAN], labelled, seed=seed)
-    chosen = best if lead > margin * error else PANEL_MEAN
-    return Combination(options[chosen](by_judge, human), chosen, scores, lead, error)
+    error = lead_standard_error(predicted[best], predicted[default], labelled, seed=seed)
+    chosen = best if lead > margin * error else default
+    return Combination(options[chosen](by_judge, human), chosen, scores, lead, error, default)

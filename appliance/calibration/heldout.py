@@ -13,7 +13,7 @@ Rows reported:
   part (pairwise: the longer response wins);
 - probability-reading judges (a feature `Combination`): each judge's summary
   feature as its raw row, its ridge model as `calibrated` where the ridge
-  panel was chosen, under `features` every feature alone, monotone-mapped on
+  panel was chosen or blended, under `features` every feature alone, monotone-mapped on
   the fitting part (its direction, too, is taken from the fitting part),
   `fit_best_feature`: the feature the fitting part ranks first, alone and
   mapped linearly (its order kept), as it fares held out, and `combiner`:
@@ -34,8 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.combiner import PANEL_MEAN, ByJudge, Combination, Term, fit_average, ranked_terms
-from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
+from appliance.calibration.combiner import (
+    PANEL_MEAN,
+    ByJudge,
+    Combination,
+    Term,
+    fit_average,
+    ranked_terms,
+    ridge_part,
+)
+from appliance.calibration.features import PairFeatureCalibration, decide
 from appliance.calibration.isotonic import fit_isotonic
 from appliance.calibration.metrics import (
     agreement,
@@ -158,14 +166,15 @@ def fit_best_feature(fit: ItemTable) -> tuple[Term, float, Predictor] | None:
 def feature_report(fit: ItemTable, held: ItemTable, combination: Combination, *, seed: int, resamples: int) -> Row:
     """The held-out report of a probability-reading panel (see the module docstring for the rows)."""
     calibration = combination.model
+    ridge = ridge_part(calibration)
     scored = _rating_scorer(held, seed, resamples)
     judges: Row = {}
     features: Row = {}
     for judge in held.judges:
         judges[judge] = scored(lambda t, f=monotone_map(fit.judges[judge], fit.human), j=judge: f(t.judges[j]))  # type: ignore[misc]
-        if isinstance(calibration, FeatureCalibration) and judge in calibration.judges:
+        if ridge is not None and judge in ridge.judges:
             judges[judge]["calibrated"] = scored(
-                lambda t, j=judge: calibration.judge_prediction(j, t.features[j])  # type: ignore[misc]
+                lambda t, j=judge: ridge.judge_prediction(j, t.features[j])  # type: ignore[misc]
             )
         features[judge] = {
             name: scored(lambda t, f=monotone_map(column, fit.human), j=judge, n=name: f(t.features[j][n]))  # type: ignore[misc]

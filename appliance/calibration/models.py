@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.combiner import FeatureAverage
+from appliance.calibration.combiner import Blend, FeatureAverage, FeaturePanel
 from appliance.calibration.features import (
     FOLDS,
     FeatureCalibration,
@@ -28,6 +28,8 @@ from appliance.calibration.metrics import agreement, cohen_kappa
 from appliance.calibration.tables import ItemTable
 
 TIE_BANDS = (0.0, 0.25, 0.5, 0.75)
+#: the kinds of calibration that map a rating (not a preference) onto the human scale: what runs apply
+RATING_KINDS = ("rating", "features", "feature_average", "blend")
 
 
 def rescale(values: np.ndarray, source: tuple[float, float], target: tuple[float, float]) -> np.ndarray:
@@ -133,7 +135,9 @@ def fit_pairwise_calibration(fit: ItemTable) -> PairwiseCalibration:
 
 def calibration_from_json(
     data: dict[str, Any],
-) -> RatingCalibration | PairwiseCalibration | FeatureCalibration | FeatureAverage | PairFeatureCalibration:
+) -> RatingCalibration | PairwiseCalibration | FeaturePanel | PairFeatureCalibration:
+    if data.get("kind") == "blend":
+        return Blend.from_json(data)
     if data.get("kind") == "feature_average":
         return FeatureAverage.from_json(data)
     if data.get("kind") == "features":

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.combiner import FeatureAverage
+from appliance.calibration.combiner import Blend, FeatureAverage
 from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, decide
 from appliance.calibration.models import RatingCalibration, calibration_from_json, rescale, vote
 from appliance.calibration.tables import ItemTable
@@ -44,7 +44,7 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
                 (f"{j} (calibrated)", calibration.judge_prediction(j, held.features[j])) for j in calibration.judges
             ]
             panels.append(("panel calibrated", calibration.predict(held.features)))
-        elif isinstance(calibration, FeatureAverage):
+        elif isinstance(calibration, FeatureAverage | Blend):
             panels = [(f"panel calibrated ({calibration.label})", calibration.predict(held.features))]
         else:
             assert isinstance(calibration, RatingCalibration)

@@ -39,9 +39,10 @@ def combiner_sentence(combiner: dict[str, Any]) -> str:
         f"{name} {'-' if value is None else f'{value:.3f}'}"
         for name, value in combiner["cross_validated_spearman"].items()
     )
-    lead, error = combiner.get("lead_over_panel_mean"), combiner.get("standard_error")
+    lead, error = combiner.get("lead_over_default"), combiner.get("standard_error")
     duel = (
-        f"; the best fitted candidate led the panel mean by {lead:.3f} (standard error {error:.3f}, needed more "
+        f"; the best challenger led the default ({combiner.get('default')}) by {lead:.3f} (standard error "
+        f"{error:.3f}, needed more "
         f"than {combiner.get('margin', 0.5)} of it)"
         if lead is not None and error is not None
         else ""

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.combiner import FeatureAverage
-from appliance.calibration.features import FeatureCalibration
+from appliance.calibration.combiner import FeaturePanel
 from appliance.calibration.heldout import like_for_like, rating_ceiling, with_intervals
 from appliance.calibration.metrics import kendall_tau_b, pearson, spearman
-from appliance.calibration.models import RatingCalibration, calibration_from_json
+from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.calibration.tables import ItemTable
 from appliance.errors import ApplianceError
@@ -27,8 +26,6 @@ from appliance.judging.templates import JudgeTemplate
 from appliance.store import Store
 from appliance.store.labels import find_calibration_record
 from appliance.store.records import CalibrationRecord
-
-TRANSFERABLE = ("rating", "features", "feature_average")
 
 
 def find_calibration(store: Store, judges_folder: Path, calibration_id: str) -> CalibrationRecord:
@@ -46,7 +43,7 @@ def find_calibration(store: Store, judges_folder: Path, calibration_id: str) -> 
 
 def check_transfer(record: CalibrationRecord, panel: Panel, template: JudgeTemplate, kind: str) -> None:
     """A transfer needs the calibration's panel judges, its template as it was, and ratings."""
-    if record.model.get("kind") not in TRANSFERABLE or kind == "pairwise":
+    if record.model.get("kind") not in RATING_KINDS or kind == "pairwise":
         raise ApplianceError(f"--transfer: calibration '{record.calibration_id}' and a {kind} set: ratings only")
     if sorted(record.judges) != sorted(panel.judges):
         raise ApplianceError(
@@ -76,7 +73,7 @@ def transfer_report(record: CalibrationRecord, table: ItemTable, *, seed: int, r
     """The calibration's predictions on every item against the humans, beside the plain panel mean (the
     judges' summary scores standardised on these items: no labels used) and the human ceiling."""
     calibration = calibration_from_json(record.model)
-    assert isinstance(calibration, RatingCalibration | FeatureCalibration | FeatureAverage)
+    assert isinstance(calibration, RatingCalibration | FeaturePanel)
 
     def transferred(t: ItemTable) -> np.ndarray:
         if isinstance(calibration, RatingCalibration):
