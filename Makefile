@@ -88,12 +88,12 @@ lint: install
 # labels in ../shared. With turn_followups (the default panel's template): FED turn level Overall,
 # Engaging and Fluent (what runs apply to PingPong's final, entertaining and fluent scores), FED
 # Relevant and USR Overall (held-out reports only), each with its learning curve; with
-# dialogue_followups, FED dialogue level Overall and a seeded 200 of DSTC9's interactive dialogues
+# dialogue_followups, FED dialogue level Overall and a seeded 300 of DSTC9's interactive dialogues
 # (reports with curves; the FED one is what a DSTC9 transfer applies); with turn_likelihood (8
 # follow-ups, a baseline after the conversation alone), FED Overall and Relevant and USR Overall (reports only). Features are
 # stored, so a second criterion of the same set and template costs a minute; reading FED turn level
 # once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25, FED
-# dialogue level 21 (with its curve).
+# dialogue level 14 and DSTC9's 300 about 35 (with their curves).
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
 SHIP := --panel default --ship --db $(CALDB)
