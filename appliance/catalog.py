@@ -79,7 +79,8 @@ class ModelSpec(BaseModel):
     host_cache_mb: int | None = Field(
         default=None,
         ge=0,
-        description="llama_cpp: host memory (MB) for caches saved before their slot is reused (0: none; default 512)",
+        description="llama_cpp: host memory (MB) for caches saved before their slot is reused "
+        "(0: none; default 4,096, or a quarter of the machine's memory where that is less)",
     )
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")

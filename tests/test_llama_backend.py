@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from appliance.catalog import load_catalog
 from appliance.engine.chat_format import FormattedPrompt
 from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
+from appliance.engine.host_cache import DEFAULT_BUDGET_MB, default_budget_mb
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
 from appliance.errors import ApplianceError
@@ -205,6 +206,17 @@ def test_a_conversation_whose_slot_was_taken_is_copied_back_from_host_memory(
         assert returned.cached_prompt_tokens < ALIGNED_CHUNK
         # both first prompts were prefilled whole, share no chunk, and were overwritten by the other
         assert counters.evicted_tokens == first_prompt["museum"] + first_prompt["library"]
+
+
+def test_a_model_without_host_cache_mb_gets_4096_mb_or_a_quarter_of_the_machines_memory(
+    fresh_backend: LlamaCppBackend,
+) -> None:
+    """The default budget: 4,096 MB (what the 64-conversation point needed to cost per conversation
+    what 16 do), capped at a quarter of physical memory on small machines."""
+    assert default_budget_mb(65_536) == DEFAULT_BUDGET_MB == 4_096
+    assert default_budget_mb(8_192) == 2_048
+    assert fresh_backend.host_cache is not None
+    assert fresh_backend.host_cache.budget_bytes == default_budget_mb() * 2**20 > 0
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])

@@ -13,9 +13,20 @@ it is bit-identical to computing them again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 ALIGNED_CHUNK = 64
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share (compared in 64-token slices, then one by one)."""
+    limit = min(len(a), len(b))
+    index = 0
+    while index + 64 <= limit and a[index : index + 64] == b[index : index + 64]:
+        index += 64
+    while index < limit and a[index] == b[index]:
+        index += 1
+    return index
 
 
 def chunk_plan(length: int, declared: Iterable[int] = ()) -> list[int]:

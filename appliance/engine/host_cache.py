@@ -15,14 +15,31 @@ dropped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as C
 
-from appliance.engine.chunk_plan import reusable_prefix, window_reuse
+from appliance.engine.chunk_plan import common_prefix, reusable_prefix, window_reuse
 from appliance.engine.llama_native import read_sequence_state, sequence_floor
+
+#: Host memory (MB) a model's saved caches may take when models.toml does not set `host_cache_mb`. At
+#: 512 MB, PingPong at 64 conversations on 32 slots prefilled 1.65x its distinct tokens and cost 1.19x
+#: per conversation what 16 did; at 4,096 MB, 1.29x and 0.98x (docs/engine.md, "Cost as the work grows").
+DEFAULT_BUDGET_MB = 4096
+
+
+def default_budget_mb(physical_mb: int | None = None) -> int:
+    """DEFAULT_BUDGET_MB, or a quarter of the machine's memory where that is less: the memory is taken
+    only as caches are saved, but a small machine running many conversations should not fill up."""
+    if physical_mb is None:
+        try:
+            physical_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
+            return DEFAULT_BUDGET_MB
+    return min(DEFAULT_BUDGET_MB, physical_mb // 4)
 
 
 @dataclass
@@ -38,17 +55,6 @@ class SavedSequence:
     #: the lowest position its sliding-window layers hold (see `chunk_plan.window_reuse`)
     floor: int = 0
     last_used: int = 0
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share (compared in 64-token slices, then one by one)."""
-    limit = min(len(a), len(b))
-    index = 0
-    while index + 64 <= limit and a[index : index + 64] == b[index : index + 64]:
-        index += 64
-    while index < limit and a[index] == b[index]:
-        index += 1
-    return index
 
 
 class HostCache:

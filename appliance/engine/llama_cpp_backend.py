@@ -20,8 +20,8 @@ import llama_cpp as C
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.chunk_plan import chunk_plan, reusable_prefix, window_reuse
-from appliance.engine.host_cache import HostCache, SavedSequence, common_prefix
+from appliance.engine.chunk_plan import chunk_plan, common_prefix, reusable_prefix, window_reuse
+from appliance.engine.host_cache import HostCache, SavedSequence, default_budget_mb
 from appliance.engine.llama_native import (
     LlamaModel,
     TokenBatch,
@@ -38,8 +38,6 @@ from appliance.errors import ApplianceError
 
 #: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
 MIN_SHARED_PREFIX = 64
-#: Host memory (MB) for saved caches when models.toml does not set `host_cache_mb`.
-DEFAULT_HOST_CACHE_MB = 512
 #: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
 #: large vocabulary (Gemma's 262k) makes each row a megabyte.
 MAX_SCORED_ROWS = 128
@@ -120,7 +118,7 @@ class LlamaCppBackend:
         gpu_layers: int | None = None,
         adapter: Path | None = None,
         adapter_scale: float = 1.0,
-        host_cache_mb: int = DEFAULT_HOST_CACHE_MB,
+        host_cache_mb: int | None = None,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
@@ -185,6 +183,7 @@ class LlamaCppBackend:
                 raise
         self.memory = C.llama_get_memory(self.context)
         #: caches saved to host memory before their slot is overwritten (see host_cache.py)
+        host_cache_mb = default_budget_mb() if host_cache_mb is None else host_cache_mb
         self.host_cache = (
             HostCache(self.context, host_cache_mb * 2**20, self.window) if host_cache_mb and reuse_cache else None
         )
@@ -838,7 +837,7 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         kv_unified=spec.kv_unified,
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
-        host_cache_mb=DEFAULT_HOST_CACHE_MB if spec.host_cache_mb is None else spec.host_cache_mb,
+        host_cache_mb=spec.host_cache_mb,
         gpu_layers=spec.gpu_layers,
         adapter=catalog.resolve_adapter(spec),
         adapter_scale=spec.adapter_scale,

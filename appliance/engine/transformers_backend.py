@@ -24,6 +24,7 @@ from typing import Any
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
+from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import (
     PEFT_BASE,
@@ -42,7 +43,6 @@ from appliance.engine.transformers_batching import (
     LiveSequence,
     StoredConversation,
     choose_token,
-    common_prefix,
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest

@@ -18,7 +18,7 @@ Attention itself is the model's own (eager, sdpa, ...): nothing here touches it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,15 +57,6 @@ class LiveSequence:
     @property
     def cached_length(self) -> int:
         return len(self.prompt) + len(self.generated) - (self.pending is not None)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    count = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        count += 1
-    return count
 
 
 class ConversationCaches:
