@@ -37,7 +37,7 @@ CGROUP_MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/
 
 
 def machine_memory_mb(limits: Iterable[Path] = CGROUP_MEMORY_LIMITS) -> int | None:
-    """Physical memory, or the container's limit where that is less; None where neither can be read."""
+    """Physical memory, or the container's cgroup limit where that is less; None without sysconf."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
