@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from appliance.catalog import load_catalog
 from appliance.engine.chat_format import FormattedPrompt
 from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
-from appliance.engine.host_cache import DEFAULT_BUDGET_MB, default_budget_mb, machine_memory_mb
+from appliance.engine.host_cache import DEFAULT_BUDGET_MB, default_budget_mb
+from appliance.engine.host_memory import physical_memory_mb, usable_memory_mb
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
 from appliance.errors import ApplianceError
@@ -221,14 +222,14 @@ def test_a_model_without_host_cache_mb_gets_4096_mb_or_a_quarter_of_the_machines
 
 def test_a_containers_memory_limit_caps_the_memory_the_default_host_cache_is_sized_from(tmp_path: Path) -> None:
     """A lab's container sees the host's RAM through sysconf; its cgroup limit is what it may use."""
-    physical = machine_memory_mb(())
+    physical = physical_memory_mb()
     assert physical is not None and physical > 2_048
     limited, unlimited, missing = tmp_path / "limited", tmp_path / "unlimited", tmp_path / "missing"
     limited.write_text(f"{2**31}\n")
     unlimited.write_text("max\n")
-    assert machine_memory_mb([missing, limited]) == 2_048
-    assert machine_memory_mb([unlimited, limited]) == physical  # the first file found decides
-    assert machine_memory_mb([missing]) == physical
+    assert usable_memory_mb([missing, limited]) == 2_048
+    assert usable_memory_mb([unlimited, limited]) == physical  # the first file found decides
+    assert usable_memory_mb([missing]) == physical
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from appliance.engine.host_memory import physical_memory_mb
+
 
 def describe_machine() -> dict[str, Any]:
     cpu = "unknown"
@@ -17,17 +19,11 @@ def describe_machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    memory_gb = None
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal"):
-                memory_gb = round(int(line.split()[1]) / 2**20, 1)
-                break
+    memory_mb = physical_memory_mb()
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "memory_gb": memory_gb,
+        "memory_gb": None if memory_mb is None else round(memory_mb / 2**10, 1),
         "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "gpu": describe_gpu(),

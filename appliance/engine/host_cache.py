@@ -15,15 +15,14 @@ dropped.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import llama_cpp as C
 
 from appliance.engine.chunk_plan import common_prefix, reusable_prefix, window_reuse
+from appliance.engine.host_memory import usable_memory_mb
 from appliance.engine.llama_native import read_sequence_state, sequence_floor
 
 #: Host memory (MB) a model's saved caches may take when models.toml does not set `host_cache_mb`. At
@@ -32,32 +31,11 @@ from appliance.engine.llama_native import read_sequence_state, sequence_floor
 DEFAULT_BUDGET_MB = 4096
 
 
-#: Where a container's memory limit is read: cgroup v2, then v1 (v1 shows a huge number when unlimited).
-CGROUP_MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
-
-
-def machine_memory_mb(limits: Iterable[Path] = CGROUP_MEMORY_LIMITS) -> int | None:
-    """Physical memory, or the container's cgroup limit where that is less; None without sysconf."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
-        return None
-    for path in limits:
-        try:
-            limit = path.read_text().strip()
-        except OSError:
-            continue
-        if limit.isdigit():  # "max": no limit
-            memory = min(memory, int(limit))
-        break
-    return memory // 2**20
-
-
 def default_budget_mb(memory_mb: int | None = None) -> int:
     """DEFAULT_BUDGET_MB, or a quarter of the machine's (or container's) memory where that is less: the
     memory is taken only as caches are saved, but a small machine running many conversations should
     not fill up."""
-    memory_mb = machine_memory_mb() if memory_mb is None else memory_mb
+    memory_mb = usable_memory_mb() if memory_mb is None else memory_mb
     return DEFAULT_BUDGET_MB if memory_mb is None else min(DEFAULT_BUDGET_MB, memory_mb // 4)
 
 
