@@ -8,11 +8,13 @@ real runs on SmolLM2.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -133,3 +135,39 @@ def test_two_real_runs_into_one_store_both_complete(tmp_path: Path) -> None:
     for run_id, _ in stored:
         report = cli("report", run_id, "--db", str(db))
         assert report.returncode == 0 and "smollm2-135m" in report.stdout
+
+
+def _open_new_stores_in_step(folder: str, rounds: int, barrier: Any, failures: Any) -> None:
+    """One of several processes that open the same new store at the same moment, round after round."""
+    from appliance.store import Store
+
+    for round_number in range(rounds):
+        barrier.wait()
+        try:
+            with Store.open(Path(folder) / f"new-{round_number}.duckdb") as store:
+                store.schema_version()
+        except Exception as error:  # reported to the test, which names it
+            failures.put(f"round {round_number}: {error}")
+
+
+def test_processes_that_create_one_new_store_together_all_open_it(tmp_path: Path) -> None:
+    """DuckDB writes a new file's header after creating it; an opener in between must not see half a file."""
+    context = multiprocessing.get_context("spawn")
+    processes, rounds = 6, 12
+    barrier, failures = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(target=_open_new_stores_in_step, args=(str(tmp_path), rounds, barrier, failures))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+    assert [worker.exitcode for worker in workers] == [0] * processes
+    reported = []
+    while not failures.empty():
+        reported.append(failures.get())
+    assert reported == []
+    databases = {path.name for path in tmp_path.iterdir() if path.suffix == ".duckdb"}
+    assert databases == {f"new-{round_number}.duckdb" for round_number in range(rounds)}
+    assert [path.name for path in tmp_path.iterdir() if path.name.endswith(".new")] == []  # no scratch file left

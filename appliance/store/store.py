@@ -62,8 +62,37 @@ def _is_lock_conflict(error: duckdb.Error) -> bool:
     return "could not set lock" in message or "conflicting lock" in message
 
 
+def create_whole(path: Path) -> None:
+    """Put an empty database at `path` unless a file is there, so that the path only ever names a whole one.
+
+    DuckDB creates a new file before it writes its header: a second process opening it in that moment
+    fails with "not a valid DuckDB database file" (two runs started together into a new store, CI
+    2026-11-30). So the file is built beside its path and hard-linked into place, which fails rather
+    than overwrite when another process got there first. Where the filesystem has no hard links it is
+    renamed into place if the path is still free, which narrows the window without closing it.
+    """
+    if str(path) == ":memory:" or path.exists():
+        return
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")
+    try:
+        duckdb.connect(str(scratch)).close()
+        try:
+            os.link(scratch, path)
+        except FileExistsError:
+            pass  # another process created it: theirs is whole too
+        except OSError:
+            if not path.exists():
+                os.replace(scratch, path)
+    except (duckdb.Error, OSError) as error:
+        raise ApplianceError(f"{path}: cannot create database: {str(error).splitlines()[0]}") from None
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
 def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """Open the file, retrying with backoff while another process holds it, for at most `wait_s`."""
+    if not read_only:
+        create_whole(path)
     deadline = time.monotonic() + wait_s
     delay = 0.01
     while True:
