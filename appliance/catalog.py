@@ -23,6 +23,7 @@ from appliance.engine.registry import backend_names
 from appliance.engine.synthetic import SyntheticShape, resolve_shape
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.paths import staging_path
 from appliance.tomlfile import read_toml
 
 ChatFormat = Literal["gguf", "plain"]
@@ -391,13 +392,6 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
     os.replace(staging, target)
     _write_atomically(stamp, _file_fingerprint(target))
     return target
-
-
-def staging_path(target: Path) -> Path:
-    """Where this process builds `target` before moving it into place: beside it (one filesystem, so
-    the move is a rename) and its own, so parallel processes building the same cache entry never
-    write into each other's copy."""
-    return target.with_name(f"{target.name}.partial-{os.getpid()}")
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -32,3 +32,10 @@ def default_models_file() -> Path:
     """models.toml of the working directory if there is one, else the project's."""
     local = Path("models.toml")
     return local if local.is_file() else project_root() / "models.toml"
+
+
+def staging_path(target: Path) -> Path:
+    """Where this process builds `target` before moving it into place: beside it (one filesystem, so
+    the move is a rename or a link) and its own, so parallel processes building the same file (a cache
+    entry, a new store) never write into each other's copy."""
+    return target.with_name(f"{target.name}.partial-{os.getpid()}")

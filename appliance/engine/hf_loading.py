@@ -21,8 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from appliance.catalog import cache_dir, sha256_of, sha256_of_tree, staging_path
+from appliance.catalog import cache_dir, sha256_of, sha256_of_tree
 from appliance.errors import ApplianceError, first_line
+from appliance.paths import staging_path
 
 #: the file in a converted folder that holds the sha256 of the GGUF it came from and the conversion's
 #: version (a folder made by an older conversion is made again)

@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, first_line
+from appliance.paths import staging_path
 from appliance.store.database import duckdb
 from appliance.store.journal import Journal, journal_folder, run_stream
 from appliance.store.records import (
@@ -67,26 +68,26 @@ def create_whole(path: Path) -> None:
 
     DuckDB creates a new file before it writes its header: a second process opening it in that moment
     fails with "not a valid DuckDB database file" (two runs started together into a new store, CI
-    2026-11-30). So the file is built beside its path and hard-linked into place, which fails rather
-    than overwrite when another process got there first. Where the filesystem has no hard links it is
-    renamed into place if the path is still free, which narrows the window without closing it.
+    2026-11-30). So the file is built at its `staging_path` and hard-linked into place, which fails
+    rather than overwrite when another process got there first. Where the filesystem has no hard links
+    it is renamed into place if the path is still free, which narrows the window without closing it.
     """
     if str(path) == ":memory:" or path.exists():
         return
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.new")
+    staging = staging_path(path)
     try:
-        duckdb.connect(str(scratch)).close()
+        duckdb.connect(str(staging)).close()
         try:
-            os.link(scratch, path)
+            os.link(staging, path)
         except FileExistsError:
             pass  # another process created it: theirs is whole too
         except OSError:
             if not path.exists():
-                os.replace(scratch, path)
+                os.replace(staging, path)
     except (duckdb.Error, OSError) as error:
-        raise ApplianceError(f"{path}: cannot create database: {str(error).splitlines()[0]}") from None
+        raise ApplianceError(f"{path}: cannot create database: {first_line(error)}") from None
     finally:
-        scratch.unlink(missing_ok=True)
+        staging.unlink(missing_ok=True)
 
 
 def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
@@ -108,13 +109,13 @@ def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDB
                 connection.execute(f"PRAGMA wal_autocheckpoint = '{WAL_CHECKPOINT}'")
             return connection
         except duckdb.Error as error:
-            first_line = str(error).splitlines()[0]
+            reason = first_line(error)
             if not _is_lock_conflict(error):
-                raise ApplianceError(f"{path}: cannot open database: {first_line}{repair_hint(path)}") from None
+                raise ApplianceError(f"{path}: cannot open database: {reason}{repair_hint(path)}") from None
             if time.monotonic() >= deadline:
                 raise ApplianceError(
                     f"{path}: another process kept the database busy for {wait_s:g} s "
-                    f"(set ${LOCK_WAIT_VARIABLE} to wait longer): {first_line}"
+                    f"(set ${LOCK_WAIT_VARIABLE} to wait longer): {reason}"
                 ) from None
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.5)
