@@ -34,7 +34,6 @@ AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_at
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
     "gpu_layers": ("llama_cpp",),
     "host_cache_mb": ("llama_cpp",),
-    "host_logits": ("llama_cpp",),
     "device": ("transformers",),
     "dtype": ("transformers", "vllm"),
     "attn_implementation": ("transformers",),
@@ -83,11 +82,6 @@ class ModelSpec(BaseModel):
         ge=0,
         description="llama_cpp: host memory (MB) for caches saved before their slot is reused "
         "(0: none; default 4,096, or a quarter of the machine's memory where that is less)",
-    )
-    host_logits: bool | None = Field(
-        default=None,
-        description="llama_cpp, exact mode: scored logits rows computed on the host, the rows of many calls in one "
-        "product (one pass over a large output matrix, not one a call); the scores change slightly",
     )
     # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
     gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")

@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import llama_cpp as C
-import numpy as np
 
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix, reusable_prefix, window_reuse
 from appliance.engine.host_cache import HostCache, SavedSequence, default_budget_mb
-from appliance.engine.host_logits import ROWS_PER_PRODUCT, HiddenStateTap, OutputMatrix
 from appliance.engine.llama_native import (
     LlamaModel,
     TokenBatch,
@@ -43,8 +41,6 @@ MIN_SHARED_PREFIX = 64
 #: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
 #: large vocabulary (Gemma's 262k) makes each row a megabyte.
 MAX_SCORED_ROWS = 128
-#: host_logits: rows held across steps until this many wait (or nothing else can run)
-HELD_ROWS = 2 * ROWS_PER_PRODUCT
 #: Extended texts kept in token form (`_extended_tokens`): one per reply being judged is enough.
 EXTENDED_KEPT = 64
 
@@ -123,7 +119,6 @@ class LlamaCppBackend:
         adapter: Path | None = None,
         adapter_scale: float = 1.0,
         host_cache_mb: int | None = None,
-        host_logits: bool = False,
     ) -> None:
         self.name = name
         self.exact_kv = exact_kv
@@ -142,13 +137,6 @@ class LlamaCppBackend:
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
         self.kv_bytes_per_token = self.model.kv_bytes_per_token()
-        try:
-            self.output_matrix = self._host_output_matrix(host_logits, exact_kv)
-        except ApplianceError:
-            self.model.close()
-            raise
-        #: stops scoring calls at the final norm when `host_logits` is on (see host_logits.py)
-        self.tap = HiddenStateTap(self.output_matrix.width) if self.output_matrix is not None else None
         #: the model's sliding window (0: none); its caches are copied stream to stream (`_copy`)
         self.window = self.model.sliding_window
         self.stream_copies = self.window > 0 and not kv_unified
@@ -182,8 +170,6 @@ class LlamaCppBackend:
         )
         params.n_threads = params.n_threads_batch = threads or default_threads()
         params.no_perf = True
-        if self.tap is not None:
-            self.tap.install(params)
         self.context = C.llama_init_from_model(self.model.handle, params)
         if not self.context:
             self.model.close()
@@ -209,17 +195,6 @@ class LlamaCppBackend:
         self._extended: dict[ScoredText, tuple[int, list[int]]] = {}
         self.counters = BackendCounters()
         self._next_ticket = 0
-        #: host_logits: rows kept by stopped calls, read at the step's end (job, position, hidden row),
-        #: and the scoring requests whose prefill ended meanwhile
-        self._held_rows: list[tuple[_Job, int, np.ndarray]] = []
-        self._held_jobs: list[_Job] = []
-
-    def _host_output_matrix(self, host_logits: bool, exact_kv: bool) -> OutputMatrix | None:
-        if not host_logits:
-            return None
-        if not exact_kv:
-            raise ApplianceError(f"model '{self.name}': host_logits needs exact_kv = true")
-        return self.model.output_matrix()
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenize(text, parse_special=False))
@@ -368,7 +343,7 @@ class LlamaCppBackend:
                 budget -= size
                 self.batch.clear()
                 finished.extend(self._run_batch([self._stage_chunk(slot, job, size)], prefill=True))
-        return finished + (self._read_held_rows() if self._held_rows_due() else [])
+        return finished
 
     def _packed_step(self, decoding: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
         """Fast mode: the staged decode tokens and one prefill chunk per prefilling sequence, in one call
@@ -429,7 +404,6 @@ class LlamaCppBackend:
             job.scoring.token_logprobs.clear()
             job.scoring.choice_logprobs = []
         self.counters.kv_resyncs += 1
-        self._held_rows = [held for held in self._held_rows if held[0] is not job]
 
     def _stage_chunk(self, slot: _Slot, job: _Job, size: int) -> _Chunk:
         """Add the next `size` prompt tokens of `job` to the batch (after the tokens already there)."""
@@ -457,20 +431,8 @@ class LlamaCppBackend:
     def _run_batch(
         self, chunks: list[_Chunk], *, prefill: bool, decoding: list[tuple[int, _Job]] | None = None
     ) -> list[tuple[int, Completion]]:
-        """Decode the staged batch; sample the rows that start a reply, read the scored ones.
-
-        With `host_logits`, a call whose rows are all scored stops at the final norm, and its rows wait
-        for the end of the step (`_read_held_rows`), where all the step's rows share the output matrix."""
+        """Decode the staged batch; sample the rows that start a reply, read the scored ones."""
         owners = (decoding or []) + [(chunk.owner, chunk.job) for chunk in chunks if chunk.owner is not None]
-        outputs = self.batch.output_indices()
-        if self.tap is not None and outputs and not owners and all(chunk.job.scoring is not None for chunk in chunks):
-            self.tap.stopping = True
-            try:
-                self._decode_and_sample([], prefill=prefill)
-            finally:
-                self.tap.stopping = False
-            self._hold_rows(chunks, outputs)
-            return []
         finished = self._decode_and_sample(owners, prefill=prefill)
         for chunk in chunks:
             scoring = chunk.job.scoring
@@ -481,43 +443,6 @@ class LlamaCppBackend:
             if chunk.job.prefill_cursor == len(chunk.job.prompt_tokens):
                 finished.append(self._finish(chunk.job, "stop", scoring.result()))
         return finished
-
-    def _hold_rows(self, chunks: list[_Chunk], outputs: list[int]) -> None:
-        """Keep the final-norm rows of a stopped call for `_read_held_rows`."""
-        assert self.tap is not None
-        hidden = self.tap.take(self.name)
-        row_of = {index: row for row, index in enumerate(outputs)}
-        for chunk in chunks:
-            self._held_rows += [(chunk.job, position, hidden[row_of[index]]) for index, position in chunk.reads]
-            if chunk.job.prefill_cursor == len(chunk.job.prompt_tokens):
-                self._held_jobs.append(chunk.job)
-
-    def _held_rows_due(self) -> bool:
-        """Whether to read the held rows now: enough for full products, or nothing else can run here (a
-        product costs a pass over the output matrix however few rows it holds, so rows wait for company)."""
-        if len(self._held_rows) >= HELD_ROWS:
-            return True
-        held = {id(job) for job in self._held_jobs}
-        working = any(slot.job is not None and id(slot.job) not in held for slot in self.slots)
-        admissible = bool(self.waiting) and any(slot.job is None for slot in self.slots)
-        return not working and not admissible
-
-    def _read_held_rows(self) -> list[tuple[int, Completion]]:
-        """The step's held rows through the output matrix, as few products as fit; then the scoring
-        requests whose prefill ended are answered."""
-        if not self._held_jobs and not self._held_rows:
-            return []
-        assert self.output_matrix is not None
-        started = time.perf_counter()
-        held, self._held_rows = self._held_rows, []
-        if held:
-            for first, logits in self.output_matrix.logits(np.stack([row for _, _, row in held])):
-                for (job, position, _), row in zip(held[first : first + len(logits)], logits, strict=True):
-                    assert job.scoring is not None
-                    job.scoring.read(position, row)
-        self.counters.prefill_s += time.perf_counter() - started
-        done, self._held_jobs = self._held_jobs, []
-        return [self._finish(job, "stop", job.scoring.result()) for job in done if job.scoring is not None]
 
     def _decode_and_sample(self, owners: list[tuple[int, _Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
         started = time.perf_counter()
@@ -913,7 +838,6 @@ def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCpp
         flash_attention=spec.flash_attention,
         kv_budget_mb=spec.kv_budget_mb,
         host_cache_mb=spec.host_cache_mb,
-        host_logits=bool(spec.host_logits),
         gpu_layers=spec.gpu_layers,
         adapter=catalog.resolve_adapter(spec),
         adapter_scale=spec.adapter_scale,

@@ -16,7 +16,6 @@ from typing import Any
 import llama_cpp as C
 import numpy as np
 
-from appliance.engine.host_logits import OutputMatrix
 from appliance.engine.types import Message, ResolvedSampling
 from appliance.errors import ApplianceError
 
@@ -99,7 +98,6 @@ class LlamaModel:
         #: backends using this model (see `shared`): the weights are freed when the last one closes
         self.users = 1
         self._adapters: dict[str, Any] = {}
-        self._output_matrix: OutputMatrix | None = None
 
     @classmethod
     def shared(cls, path: Path, name: str, gpu_layers: int | None = None) -> LlamaModel:
@@ -127,14 +125,6 @@ class LlamaModel:
             self._adapters[key] = handle
         return self._adapters[key]
 
-    def output_matrix(self) -> OutputMatrix:
-        """The output matrix on the host, for `host_logits` (read once, shared like the weights)."""
-        if self._output_matrix is None:
-            self._output_matrix = OutputMatrix.from_gguf(
-                self.path, self.name, int(C.llama_model_n_embd(self.handle)), self.n_vocab, default_threads()
-            )
-        return self._output_matrix
-
     def metadata(self, key: str) -> str | None:
         buffer = ctypes.create_string_buffer(256)
         written = C.llama_model_meta_val_str(self.handle, key.encode(), buffer, 256)
@@ -157,7 +147,6 @@ class LlamaModel:
             if model is self:
                 del _shared_models[key]
         self._adapters.clear()
-        self._output_matrix = None
         C.llama_model_free(self.handle)
         self.handle = None
 
@@ -421,10 +410,6 @@ class TokenBatch:
 
     def __len__(self) -> int:
         return int(self.raw.n_tokens)
-
-    def output_indices(self) -> list[int]:
-        """The entries whose logits were asked for, in the order llama.cpp outputs their rows."""
-        return [index for index in range(len(self)) if self.raw.logits[index]]
 
     def close(self) -> None:
         C.llama_batch_free(self.raw)
