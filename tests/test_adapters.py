@@ -468,3 +468,29 @@ def test_to_gguf_rewrites_the_committed_lora_byte_for_byte_and_refuses_a_folder_
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr
     assert "not a PEFT adapter folder (adapter_config.json missing)" in lines[0]
     assert not (tmp_path / "other.gguf").exists()
+
+
+def test_a_scaled_adapter_outlives_the_folder_it_was_made_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scaled copy vLLM reads is named by the adapter's content, so another folder with the same
+    content (a second clone of the repo) gets the same entry: it must hold the weights themselves, and an
+    entry of an older version, whose links lead to a folder since deleted, is made again."""
+    from appliance.engine.hf_loading import scaled_peft_folder
+
+    monkeypatch.setenv("APPLIANCE_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "clone-1", tmp_path / "clone-2"
+    shutil.copytree(FINE_TUNE, first)
+    shutil.copytree(FINE_TUNE, second)
+    weights = (FINE_TUNE / "adapter_model.safetensors").read_bytes()
+
+    scaled = scaled_peft_folder("off", first, 0.0)
+    assert json.loads((scaled / "adapter_config.json").read_text())["lora_alpha"] == 0
+    shutil.rmtree(first)
+    assert scaled_peft_folder("off", second, 0.0) == scaled
+    assert (scaled / "adapter_model.safetensors").read_bytes() == weights
+
+    (scaled / "adapter_model.safetensors").unlink()  # the layout older versions left: a link to a deleted clone
+    (scaled / "adapter_model.safetensors").symlink_to(first / "adapter_model.safetensors")
+    assert scaled_peft_folder("off", second, 0.0) == scaled
+    assert (scaled / "adapter_model.safetensors").read_bytes() == weights
+    assert sorted(file.name for file in scaled.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert not list(scaled.parent.glob("*.partial-*"))

@@ -118,15 +118,17 @@ def with_peft_adapters(model: Any, adapters: Mapping[str, tuple[Path, float]]) -
 
 def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
     """A PEFT folder whose LoRA is `adapter`'s times `scale`, for engines that take no scale (vLLM):
-    `adapter` itself at 1, else a copy of its config with `lora_alpha` (and any per-module alphas)
-    multiplied, beside links to its weights, made once under the cache folder."""
+    `adapter` itself at 1, else a copy of it with `lora_alpha` (and any per-module alphas) multiplied,
+    made once under the cache folder. The entry is named by the adapter's content, which any number of
+    folders may share, so it holds copies of the weights, never links that die with one of them."""
     folder = peft_adapter_folder(name, adapter)
     if scale == 1.0:
         return folder
     target = cache_dir() / "lora" / f"{sha256_of_tree(folder)[:16]}-x{scale:g}"
 
-    def made(candidate: Path) -> bool:
-        return (candidate / "adapter_config.json").is_file()
+    def made(candidate: Path) -> bool:  # an entry of older versions held links, which may now lead nowhere
+        config = candidate / "adapter_config.json"
+        return config.is_file() and all(file.is_file() and not file.is_symlink() for file in candidate.iterdir())
 
     if made(target):
         return target
@@ -136,9 +138,9 @@ def scaled_peft_folder(name: str, adapter: Path, scale: float) -> Path:
     staging = staging_path(target)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    for file in folder.iterdir():
-        if file.is_file() and file.name != "adapter_config.json":
-            (staging / file.name).symlink_to(file.resolve())
+    for file in folder.iterdir():  # the weights alone: a trainer's checkpoint also holds its optimizer state
+        if file.is_file() and file.name.startswith(("adapter_model", "new_embeddings")):
+            shutil.copyfile(file, staging / file.name)
     (staging / "adapter_config.json").write_text(json.dumps(config, indent=2))
     return _publish(staging, target, made)
 
