@@ -75,9 +75,13 @@ test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n auto --dist worksteal --durations=15
 
-# Every family's scripted run killed with SIGKILL 20 times and resumed (the suite kills each once).
+# Every family's scripted run killed with SIGKILL 160 times and resumed (the suite kills each once); then
+# 4 runs at a time and 2 readers (report, view, export, compare) on one new store, a quarter of the runs
+# killed and resumed, until 10,000 episodes are stored: `store check` after every round must find nothing
+# missing (tests/store_race.py prints the counts; exit 1 otherwise).
 chaos: install
 	CHAOS_KILLS=160 $(BIN)/pytest -q -s tests/test_chaos.py
+	$(BIN)/python tests/store_race.py --writers 4 --readers 2 --episodes 10000
 
 lint: install
 	$(BIN)/ruff check appliance tests

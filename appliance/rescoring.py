@@ -8,7 +8,7 @@ replace only that panel's earlier ones, so several panels coexist.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from appliance.calibration.apply import calibrated_scores, pick_calibrations
 from appliance.catalog import Catalog
@@ -25,6 +25,7 @@ from appliance.scenarios import load_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
 from appliance.store import MessageRecord, Store
+from appliance.store.repair import Reconciliation, reconcile_run
 
 
 @dataclass
@@ -33,6 +34,8 @@ class RescoreSummary:
     panel: str
     episodes: int
     calibrations: dict[str, str]
+    #: the store measured against the run's journal once the verdicts were written
+    store_check: Reconciliation = field(default_factory=lambda: Reconciliation(""))
 
 
 @dataclass(frozen=True)
@@ -117,4 +120,5 @@ def rescore_run(
 
     with ModelPool.load(catalog, panel.judges, parallel=parallel, backend_factory=backend_factory) as pool:
         pool.play(episodes, judge, judged)
-    return RescoreSummary(run_id, panel.name, len(episodes), {f: r.calibration_id for f, r in calibrations.items()})
+    calibrations_used = {f: r.calibration_id for f, r in calibrations.items()}
+    return RescoreSummary(run_id, panel.name, len(episodes), calibrations_used, reconcile_run(store, run_id))

@@ -40,7 +40,7 @@ from appliance.sharding import ShardDeal
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration
 from appliance.store.records import CalibrationRecord
-from appliance.store.repair import recover_run
+from appliance.store.repair import Reconciliation, reconcile_run, recover_run
 from appliance.store.run_view import RunView
 
 
@@ -59,6 +59,8 @@ class RunSummary:
     workers: dict[str, int] = field(default_factory=dict)
     #: cluster workers that died; their unfinished episodes were played by the others
     lost_workers: list[str] = field(default_factory=list)
+    #: the store measured against the run's journal as the run ended: what was restored, or what could not be
+    store_check: Reconciliation = field(default_factory=lambda: Reconciliation(""))
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
@@ -351,6 +353,7 @@ class Runner:
                 self.store.finish_run(run_id, status, time.perf_counter() - started)
             counters = players.counters()
             workers, lost = players.played(), players.lost()
+        store_check = reconcile_run(self.store, run_id)  # a run never reports what the store does not hold
         finished = sum(1 for record in progress.records if record.status == "finished")
         return RunSummary(
             run_id=run_id,
@@ -364,6 +367,7 @@ class Runner:
             completion_tokens=sum(c.completion_tokens for c in counters),
             workers=workers,
             lost_workers=lost,
+            store_check=store_check,
         )
 
 

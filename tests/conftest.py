@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,3 +56,22 @@ def smollm2(smollm2_path: Path) -> Iterator[LlamaCppBackend]:
     backend = LlamaCppBackend(smollm2_path, name="smollm2-135m", context_length=1024, slots=4)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def checked_store(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Paths for stores that several processes write; when the test ends, `appliance store check` must find each
+    one holding exactly what its journal does, so a lost write fails the test that lost it."""
+    from appliance.store.repair import check_store
+
+    made: list[Path] = []
+
+    def path(name: str) -> Path:
+        made.append(tmp_path / name)
+        return made[-1]
+
+    yield path
+    for db in made:
+        if db.exists():
+            report = check_store(db)
+            assert report.ok, [run.describe() for run in report.runs if not run.ok] + report.other_problems

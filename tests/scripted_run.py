@@ -3,6 +3,7 @@
     python tests/scripted_run.py DB FAMILY [--seed N] [--resume RUN_ID] [--kill-in-write K] [--delay S]
                                            [--wait-for FILE] [--checkpoint-every-commit] [--shard I/N]
                                            [--ray WORKERS]
+                                           [--limit N] [--run-id NAME]
 
 --kill-in-write K sends SIGKILL to this process inside the K-th episode's store transaction
 (after the episode row, before its messages), the worst moment a kill can come. --delay S makes
@@ -12,7 +13,8 @@ stored episodes however slowly its own processes start (no race against the cloc
 seed, so a resumed run that sampled other seeds would store other text. --checkpoint-every-commit
 makes DuckDB checkpoint after each commit (a 1 KB WAL limit), so that a random kill often lands in
 a checkpoint, where a kill once left a file that would not open. --shard plays one shard of the
-plan; --ray plays (or resumes) the run on that many workers of a local Ray cluster.
+plan; --ray plays (or resumes) the run on that many workers of a local Ray cluster. --limit N
+plays N instances of the family instead of its quick limit; --run-id names the run.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def main() -> None:
     parser.add_argument("--checkpoint-every-commit", action="store_true")
     parser.add_argument("--shard")
     parser.add_argument("--ray", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--run-id")
     args = parser.parse_args()
     stored = 0
 
@@ -105,7 +109,7 @@ def main() -> None:
         simulator=PLAYERS[0],
         panel=get_panel(REPO / "judges" / "panels.toml", "default"),
         seed=args.seed,
-        limit=family_entry(args.family).quick_limit,
+        limit=args.limit or family_entry(args.family).quick_limit,
         models_file=str(catalog.source),
         shard=args.shard,
     )
@@ -116,8 +120,14 @@ def main() -> None:
         if args.resume:
             summary = runner.resume(args.resume)
         else:
-            summary = runner.execute(config, [load_family(args.family, seed=args.seed, store=store)])
+            family = load_family(args.family, seed=args.seed, store=store)
+            summary = runner.execute(config, [family], run_id=args.run_id)
+    line = summary.store_check.line()
+    if line is not None:  # the store lacked what the run journaled (restored, or not: then exit 3)
+        print(line, file=sys.stderr, flush=True)
     print(summary.run_id, summary.episodes_finished, summary.episodes_total, flush=True)
+    if summary.store_check.unrepaired is not None:
+        sys.exit(3)
 
 
 if __name__ == "__main__":

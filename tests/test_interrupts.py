@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -32,8 +33,10 @@ def _stderr(process: subprocess.Popen[str]) -> LineReader:
 
 
 @pytest.mark.real_model
-def test_one_ctrl_c_keeps_finished_episodes_and_the_run_resumes_to_its_end(tmp_path: Path) -> None:
-    db = tmp_path / "interrupted.duckdb"
+def test_one_ctrl_c_keeps_finished_episodes_and_the_run_resumes_to_its_end(
+    tmp_path: Path, checked_store: Callable[[str], Path]
+) -> None:
+    db = checked_store("interrupted.duckdb")
     process = _start(db)
     stderr = _stderr(process)
     stderr.wait_for("episode 1 done")

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,8 @@ def _stored_runs(db: Path) -> list[tuple[str, str]]:
         return [(str(r), str(s)) for r, s in store.query("SELECT run_id, status FROM runs ORDER BY run_id")]
 
 
-def test_two_runs_and_live_reports_share_one_store(tmp_path: Path) -> None:
-    db = tmp_path / "shared.duckdb"
+def test_two_runs_and_live_reports_share_one_store(tmp_path: Path, checked_store: Callable[[str], Path]) -> None:
+    db = checked_store("shared.duckdb")
     Store.open(db).close()
     go = tmp_path / "go"  # the runs hold their requests after their first stored episode until it exists
     helper = [sys.executable, str(HELPER), str(db), "clembench", "--delay", "0.02", "--wait-for", str(go)]
@@ -112,8 +113,8 @@ def test_two_runs_and_live_reports_share_one_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.real_model
-def test_two_real_runs_into_one_store_both_complete(tmp_path: Path) -> None:
-    db = tmp_path / "real.duckdb"
+def test_two_real_runs_into_one_store_both_complete(tmp_path: Path, checked_store: Callable[[str], Path]) -> None:
+    db = checked_store("real.duckdb")
     models = tmp_path / "models.toml"  # one thread each: two runs on two cores, not four threads fighting
     text = (REPO / "models.toml").read_text()
     models.write_text(text.replace("slots = 32\n", "slots = 32\nthreads = 1\n", 1))
@@ -170,4 +171,78 @@ def test_processes_that_create_one_new_store_together_all_open_it(tmp_path: Path
     assert reported == []
     databases = {f"new-{round_number}.duckdb" for round_number in range(rounds)}
     left = {path.name for path in tmp_path.iterdir()}
-    assert left - {f"{name}.wal" for name in databases} == databases  # no staging copy left beside them
+    beside = {f"{name}{suffix}" for name in databases for suffix in (".wal", ".lock", ".lock.wait")}
+    assert left - beside == databases  # no staging copy left beside them
+
+
+#: the real CLI, with the store's writes of a run's first episode (and, with "unrepairable", of its rebuild too)
+#: dropped after the journal has them: what the lost commit of issue 74 looked like from outside
+LOSSY_CLI = """
+import sys
+from appliance.store import repair
+from appliance.store.store import Store
+
+original, dropped = Store._write_episode_rows, []
+
+def lossy(self, episode):
+    if not dropped:
+        dropped.append(episode.episode_id)
+        return
+    original(self, episode)
+
+Store._write_episode_rows = lossy
+if sys.argv[1] == "unrepairable":
+    repair._rebuild_run = lambda store, run_id, stream: None
+sys.argv = ["appliance", *sys.argv[2:]]
+from appliance.cli.main import main
+main()
+"""
+
+
+@pytest.mark.real_model
+def test_a_run_whose_store_lost_an_episode_restores_it_from_the_journal_and_says_so(
+    tmp_path: Path, checked_store: Callable[[str], Path]
+) -> None:
+    db = checked_store("lossy.duckdb")
+    command = [
+        "run", "--scenario", "pingpong", "--players", "smollm2-135m", "--panel", "smollm2",
+        "--limit", "2", "--turns", "1", "--db", str(db),
+    ]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", LOSSY_CLI, "repairable", *command], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    restored = [line for line in result.stderr.splitlines() if "restored from its journal" in line]
+    assert len(restored) == 1 and "1 journaled episodes missing from the store (" in restored[0], result.stderr
+    with Store.open(db, read_only=True) as store:
+        (run_id,) = [r for (r,) in store.query("SELECT run_id FROM runs")]
+        assert store.episode_count(run_id) == 2 and run_id in restored[0]
+    # where the rebuild cannot take, the run says what still differs and fails with exit 3
+    db = checked_store("unrepairable.duckdb")
+    command[command.index("--db") + 1] = str(db)
+    result = subprocess.run(
+        [sys.executable, "-c", LOSSY_CLI, "unrepairable", *command], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "1 journaled episodes missing from the store; the store does not hold what the run journaled" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    # the fixture's own `store check` would fail on this one: the repair it names makes it whole
+    assert cli("store", "repair", "--db", str(db)).returncode == 0
+
+
+def test_the_store_lock_spans_duckdb_open_to_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer of this process holds `<db>.lock`; another process's reader waits for it, even where DuckDB's own
+    lock would let it in (it is gone the moment any descriptor of the file closes), and gets in once it goes."""
+    db = tmp_path / "locked.duckdb"
+    Store.open(db).close()
+    monkeypatch.setenv("APPLIANCE_LOCK_WAIT_S", "0.5")
+    with Store.open(db) as writer:
+        writer.schema_version()
+        open(db, "rb").close()  # drops this process's POSIX record lock on the file: DuckDB's lock
+        result = cli("report", "--db", str(db))
+        assert result.returncode == 2 and "another appliance process holds the store's lock" in result.stderr
+        with Store.open(db) as second:  # the same process shares its hold, as DuckDB shares its instance
+            assert second.schema_version() == writer.schema_version()
+    assert "no runs stored yet" in cli("report", "--db", str(db)).stderr  # let go on close: the reader gets in

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from appliance.cli.options import (
     load_models,
     load_panel,
 )
+from appliance.cli.store import report_store_check
 from appliance.paths import judges_dir
 from appliance.store import Store
 
@@ -350,8 +352,10 @@ def score(
         scenarios = store.run(resolved).scenarios
         boards = [build_scenario_report(store, resolved, name, chosen.name) for name in scenarios]
     if as_json:
-        print(json.dumps({"summary": summary.__dict__, "leaderboards": [b.model_dump() for b in boards]}, default=str))
+        print(json.dumps({"summary": asdict(summary), "leaderboards": [b.model_dump() for b in boards]}, default=str))
+        report_store_check(summary.store_check)
         return
     for board in boards:
         board.render(console)
     console.print(f"Scored {summary.episodes} episodes of run {summary.run_id} with panel '{summary.panel}'.")
+    report_store_check(summary.store_check)

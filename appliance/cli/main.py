@@ -1,7 +1,8 @@
 """`appliance`: run, report, export, models, scenarios, import.
 
 Exit codes: 0 success, 1 a regression gate failed, 2 bad input or
-configuration (one line on stderr, no traceback), 130 interrupted.
+configuration (one line on stderr, no traceback), 3 a run's store lacks what its journal holds and
+could not be restored, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +40,7 @@ from appliance.cli.options import (  # noqa: E402
     load_panel,
     split_values,
 )
-from appliance.cli.store import merge, store_app  # noqa: E402
+from appliance.cli.store import merge, report_store_check, store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
 from appliance.cluster import ClusterOptions  # noqa: E402
 from appliance.errors import ApplianceError, first_line  # noqa: E402
@@ -206,9 +208,11 @@ def run(
         reports = [build_scenario_report(store, summary.run_id, name) for name in config.scenarios]
         stale = unapplied_calibrations(store, config.panel, families)
     if as_json:
-        print(json.dumps({"summary": summary.__dict__, "leaderboards": [r.model_dump() for r in reports]}, default=str))
+        print(json.dumps({"summary": asdict(summary), "leaderboards": [r.model_dump() for r in reports]}, default=str))
+        report_store_check(summary.store_check)
         return
     _print_run_summary(reports, summary, store.path, config)
+    report_store_check(summary.store_check)
     for template, ids in stale.items():
         error_console.print(
             f"not applied: calibration {', '.join(ids)} of panel '{config.panel.name}' was fitted for another version "

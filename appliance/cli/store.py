@@ -6,12 +6,29 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from appliance.cli.options import DbOption, JsonOption, console
+from appliance.cli.options import DbOption, JsonOption, console, error_console
 from appliance.store import default_db_path
+
+if TYPE_CHECKING:
+    from appliance.store.repair import Reconciliation
+
+#: a run, merge or rescoring ended with the store lacking what its journal holds, and the rebuild did not take
+UNREPAIRED_EXIT = 3
+
+
+def report_store_check(check: Reconciliation) -> None:
+    """The one line a run, merge or rescoring prints where the store lacked what the run journaled (restored
+    from the journal, or not: then exit 3)."""
+    line = check.line()
+    if line is not None:
+        error_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if check.unrepaired is not None:
+        raise typer.Exit(UNREPAIRED_EXIT)
+
 
 store_app = typer.Typer(
     no_args_is_help=True, help="The store's health: checked against, and rebuilt from, its journal."
@@ -73,9 +90,11 @@ def merge(
     summary = merge_shards(shards, into, run)
     if as_json:
         print(json.dumps(asdict(summary)))
+        report_store_check(summary.store_check)
         return
     for shard, facts in summary.shards.items():
         console.print(f"shard {shard}: {facts['episodes']} episodes from {facts['db']}", markup=False, highlight=False)
     console.print(
         f"run {summary.run_id}: {summary.episodes} episodes merged into {summary.into}", markup=False, highlight=False
     )
+    report_store_check(summary.store_check)

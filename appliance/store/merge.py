@@ -29,6 +29,7 @@ from appliance.store.records import (
     RunRecord,
     ScoreRecord,
 )
+from appliance.store.repair import Reconciliation, reconcile_run
 from appliance.store.store import Store
 
 
@@ -54,6 +55,8 @@ class MergeSummary:
     #: shard "I/N" -> its store and its episode count
     shards: dict[str, dict[str, Any]] = field(default_factory=dict)
     episodes: int = 0
+    #: the target measured against the merged run's journal
+    store_check: Reconciliation = field(default_factory=lambda: Reconciliation(""))
 
 
 def merge_shards(sources: list[Path], into: Path, run_id: str | None = None) -> MergeSummary:
@@ -86,11 +89,13 @@ def merge_shards(sources: list[Path], into: Path, run_id: str | None = None) -> 
             # the shards ran side by side: the run took as long as its slowest shard
             finished_at = max((e.finished_at for e in episodes), default=run.started_at)
             target.finish_run(run.run_id, "finished", max(shard.wall_s for shard in shards), finished_at)
+        store_check = reconcile_run(target, run.run_id)
     return MergeSummary(
         run_id=first.run.run_id,
         into=str(into),
         shards={str(s.shard): {"db": str(s.path), "episodes": len(s.episodes)} for s in shards},
         episodes=len(episodes),
+        store_check=store_check,
     )
 
 

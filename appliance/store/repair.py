@@ -112,11 +112,70 @@ def recover_run(store: Store, run_id: str) -> bool:
         return False
     if store.has_run(run_id) and check_run(run_id, stream, store).ok:
         return False
+    _rebuild_run(store, run_id, stream)
+    return True
+
+
+def _rebuild_run(store: Store, run_id: str, stream: Stream) -> None:
     with _unjournaled(store), store.transaction():
         for delete in _DELETE_RUN:
             store.connection.execute(delete, [run_id])
         replay(stream.records, store)
-    return True
+
+
+@dataclass
+class Reconciliation:
+    """A run's stored rows measured against its journal as the run (or a resume, merge or rescoring) ends."""
+
+    run_id: str
+    #: journaled episodes the store lacked, and restored from the journal
+    restored: list[str] = field(default_factory=list)
+    #: anything else that differed and was rebuilt (episodes differing or not journaled, the run's row)
+    rebuilt: list[str] = field(default_factory=list)
+    #: what still differs after the rebuild (the store needs 'appliance store repair'); None when whole
+    unrepaired: str | None = None
+
+    def line(self) -> str | None:
+        """One line for the terminal, or None when the store held what the journal does."""
+        if self.unrepaired is not None:
+            return f"{self.unrepaired}; the store does not hold what the run journaled (run 'appliance store repair')"
+        if not (self.restored or self.rebuilt):
+            return None
+        missing = f"{len(self.restored)} journaled episodes missing from the store ({_first(self.restored)})"
+        what = ([missing] if self.restored else []) + self.rebuilt
+        return f"run {self.run_id}: {'; '.join(what)}: restored from its journal"
+
+
+def reconcile_run(store: Store, run_id: str) -> Reconciliation:
+    """Compare the run's stored rows with its journal; rebuild the run from the journal where they differ and
+    check again. A run never reports what the store does not hold: the caller prints `line()` and fails
+    where `unrepaired` is set. Costs a replay of the run's journal into memory (about a second per thousand
+    episodes here)."""
+    result = Reconciliation(run_id)
+    if store.journal is None:
+        return result
+    stream = store.journal.stream(run_stream(run_id))
+    if journaled_run_id(stream) != run_id:
+        return result
+    check = check_run(run_id, stream, store)
+    if check.ok:
+        return result
+    result.restored = check.missing
+    if check.differing:
+        result.rebuilt.append(f"{len(check.differing)} episodes differing from the journal")
+    if check.extra:
+        result.rebuilt.append(f"{len(check.extra)} stored episodes not in the journal")
+    if check.run_row_differs:
+        result.rebuilt.append("the run's own row or models")
+    _rebuild_run(store, run_id, stream)
+    again = check_run(run_id, stream, store)  # read back from the file, which the rebuild's connection closed
+    if not again.ok:
+        result.unrepaired = again.describe()
+    return result
+
+
+def _first(episode_ids: list[str]) -> str:
+    return episode_ids[0] + (f" and {len(episode_ids) - 1} more" if len(episode_ids) > 1 else "")
 
 
 @dataclass
@@ -169,21 +228,23 @@ def check_store(db: Path) -> CheckReport:
     streams = Journal(journal_folder(db)).streams()
     with Store.open(db, read_only=True) as stored:
         try:
-            _read_everything(stored)
-            runs = []
-            other: list[str] = []
-            for stream in streams:
-                if not stream.is_run:
-                    other += _check_other(stream, stored)
-                    continue
-                run_id = journaled_run_id(stream)
-                if run_id is None:  # nothing intact: a kill tore the run's first append, nothing was stored
-                    if stream.records:
-                        other.append(f"{stream.path.name}: the run's first record is damaged")
-                    continue
-                runs.append(check_run(run_id, stream, stored))
-            journaled = {run.run_id for run in runs}
-            unjournaled = [str(r) for (r,) in stored.query("SELECT run_id FROM runs ORDER BY 1") if r not in journaled]
+            with stored.transaction():  # one state of the store throughout
+                _read_everything(stored)
+                runs = []
+                other: list[str] = []
+                for stream in streams:
+                    if not stream.is_run:
+                        other += _check_other(stream, stored)
+                        continue
+                    run_id = journaled_run_id(stream)
+                    if run_id is None:  # nothing intact: a kill tore the run's first append, nothing was stored
+                        if stream.records:
+                            other.append(f"{stream.path.name}: the run's first record is damaged")
+                        continue
+                    runs.append(check_run(run_id, stream, stored))
+                journaled = {run.run_id for run in runs}
+                stored_runs = stored.query("SELECT run_id FROM runs ORDER BY 1")
+                unjournaled = [str(r) for (r,) in stored_runs if r not in journaled]
         except duckdb.Error as error:  # a block failed its checksum
             raise ApplianceError(f"{db}: the store cannot be read: {first_line(error)}{repair_hint(db)}") from None
     return CheckReport(runs, unjournaled, other)
@@ -292,11 +353,15 @@ def _try(connection: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[tuple[An
 
 
 def check_run(run_id: str, stream: Stream, stored: Store) -> RunCheck:
-    """The run's rows as its journal makes them (replayed into memory) against the store's."""
+    """The run's rows as its journal makes them (replayed into memory) against the store's. The store is read in
+    one transaction after the replay, so a writable store is held only while it is read."""
     with _memory_store() as expected:
         replay(stream.records, expected)
         check = RunCheck(run_id, expected.episode_count(run_id), damaged_lines=stream.damaged_lines)
-        rows = {table: (_rows(expected, sql, run_id), _rows(stored, sql, run_id)) for table, sql in _RUN_ROWS.items()}
+        want = {table: _rows(expected, sql, run_id) for table, sql in _RUN_ROWS.items()}
+    with stored.transaction():
+        have = {table: _rows(stored, sql, run_id) for table, sql in _RUN_ROWS.items()}
+    rows = {table: (want[table], have[table]) for table in _RUN_ROWS}
     check.run_row_differs = any(rows[t][0] != rows[t][1] for t in ("runs", "models"))
     journal_ids = {row[0] for row in rows["episodes"][0]}
     store_ids = {row[0] for row in rows["episodes"][1]}
@@ -304,8 +369,8 @@ def check_run(run_id: str, stream: Stream, stored: Store) -> RunCheck:
     check.extra = sorted(store_ids - journal_ids)
     differing: set[str] = set()
     for table in ("episodes", "messages", "judgments", "scores"):
-        want, have = rows[table]
-        differing |= {row[0] for row in (want - have) + (have - want)}
+        want_rows, have_rows = rows[table]
+        differing |= {row[0] for row in (want_rows - have_rows) + (have_rows - want_rows)}
     check.differing = sorted(differing & journal_ids & store_ids)
     return check
 

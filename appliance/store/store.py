@@ -7,6 +7,11 @@ command that finds the file busy waits with backoff for up to $APPLIANCE_LOCK_WA
 (default 60) before it fails with one line. Readers (report, view, compare, export) are short too,
 so two runs, and reports of a live run, share one file.
 
+Two rules keep what one process committed from being lost by the next (docs/architecture.md,
+"Several processes, one store"): the store's own lock (`file_lock.py`) is held from before DuckDB
+opens the file until after it has closed it, and a writer checkpoints as it closes, so no
+write-ahead log is ever handed from one process to another.
+
 Every write of a run (and every instance set and calibration) is first appended to the store's
 journal (`journal.py`), so a file that a kill left unreadable is rebuilt by `appliance store repair`.
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from appliance.errors import ApplianceError, first_line
 from appliance.paths import staging_path
+from appliance.store import file_lock
 from appliance.store.database import duckdb
 from appliance.store.journal import Journal, journal_folder, run_stream
 from appliance.store.records import (
@@ -40,8 +46,6 @@ from appliance.store.schema import LATEST_VERSION, MIGRATIONS
 DB_ENVIRONMENT_VARIABLE = "APPLIANCE_DB"
 DEFAULT_DB_FILE = "appliance.duckdb"
 LOCK_WAIT_VARIABLE = "APPLIANCE_LOCK_WAIT_S"
-#: the WAL size at which a writer checkpoints (an open replays at most this much)
-WAL_CHECKPOINT = "1MB"
 DEFAULT_LOCK_WAIT_S = 60.0
 
 
@@ -91,34 +95,49 @@ def create_whole(path: Path) -> None:
 
 
 def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
-    """Open the file, retrying with backoff while another process holds it, for at most `wait_s`."""
+    """Open the file under the store's lock, retrying with backoff while another process holds either lock, for
+    at most `wait_s`. The lock stays held until `close_connection`.
+
+    A writable connection checkpoints when it closes (DuckDB's default): the file it leaves is whole and has
+    no write-ahead log, so no other process ever replays this one's log (the shared-store test lost a committed
+    episode in one of those hand-overs; docs/architecture.md). A kill inside that checkpoint can still spoil
+    the file: the journal rebuilds it (`appliance store repair`)."""
+    if str(path) == ":memory:":
+        return duckdb.connect(":memory:")
     if not read_only:
         create_whole(path)
     deadline = time.monotonic() + wait_s
     delay = 0.01
     while True:
         try:
-            connection = duckdb.connect(str(path), read_only=read_only)
-            if not read_only:
-                # Closing would checkpoint, and a run closes after every episode: a SIGKILL landing in
-                # one of those checkpoints corrupted a file in the chaos test. The WAL is replayed on
-                # open instead, and checkpointed once it passes WAL_CHECKPOINT: at DuckDB's default of
-                # 16 MB, replaying it made every open (one per episode) cost up to a second. A file a
-                # checkpoint spoils anyway is rebuilt from the journal.
-                connection.execute("PRAGMA disable_checkpoint_on_shutdown")
-                connection.execute(f"PRAGMA wal_autocheckpoint = '{WAL_CHECKPOINT}'")
-            return connection
+            file_lock.wait_for(path, exclusive=not read_only, deadline=deadline)
+        except file_lock.Busy:
+            raise ApplianceError(_busy(path, wait_s, "another appliance process holds the store's lock")) from None
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as error:
+            file_lock.release(path)
             reason = first_line(error)
             if not _is_lock_conflict(error):
                 raise ApplianceError(f"{path}: cannot open database: {reason}{repair_hint(path)}") from None
             if time.monotonic() >= deadline:
-                raise ApplianceError(
-                    f"{path}: another process kept the database busy for {wait_s:g} s "
-                    f"(set ${LOCK_WAIT_VARIABLE} to wait longer): {reason}"
-                ) from None
+                raise ApplianceError(_busy(path, wait_s, reason)) from None
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.5)
+
+
+def close_connection(connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Close (a writer checkpoints here), then let the store's lock go: never the other way round."""
+    try:
+        connection.close()
+    finally:
+        if str(path) != ":memory:":
+            file_lock.release(path)
+
+
+def _busy(path: Path, wait_s: float, reason: str) -> str:
+    longer = f"set ${LOCK_WAIT_VARIABLE} to wait longer"
+    return f"{path}: another process kept the database busy for {wait_s:g} s ({longer}): {reason}"
 
 
 def repair_hint(path: Path) -> str:
@@ -156,8 +175,8 @@ class Store:
     def _release(self) -> None:
         """Close the file until the next use, so other runs and readers can open it meanwhile."""
         if self._connection is not None and self._transaction_depth == 0 and str(self.path) != ":memory:":
-            self._connection.close()
-            self._connection = None
+            connection, self._connection = self._connection, None
+            close_connection(connection, self.path)
 
     @classmethod
     def open(cls, path: str | Path | None = None, *, read_only: bool = False, journaled: bool = True) -> Store:
@@ -182,8 +201,8 @@ class Store:
 
     def close(self) -> None:
         if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+            connection, self._connection = self._connection, None
+            close_connection(connection, self.path)
 
     def __enter__(self) -> Store:
         return self
