@@ -305,6 +305,7 @@ def repair_store(db: Path) -> RepairReport:
         report.moved_to = db.with_name(f"{db.name}.damaged-{datetime.now(UTC):%Y%m%d-%H%M%S}")
         _move_database(db, report.moved_to)
     _move_database(target, db)
+    _remove_database(target)  # the rebuilt file has moved: only its lock files are left
     return report
 
 
@@ -421,8 +422,8 @@ def _quoted(path: Path) -> str:
 
 
 def _remove_database(path: Path) -> None:
-    for part in (path, path.with_name(path.name + ".wal")):
-        part.unlink(missing_ok=True)
+    for suffix in ("", ".wal", ".lock", ".lock.wait"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 def _move_database(source: Path, target: Path) -> None:
