@@ -26,42 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.store import MessageRecord, Store
+from appliance.store import Store
 from appliance.store.records import EpisodeRecord, RunRecord
+from tests.fakes import hand_episode
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = REPO / "tests" / "scripted_run.py"
 
 
 def episode(run_id: str, number: int, rng: random.Random) -> EpisodeRecord:
-    at = datetime(2026, 1, 1)
-    messages = [
-        MessageRecord(
-            idx=i,
-            speaker="player",
-            model="m",
-            text="x" * rng.randint(10, 800),
-            prompt_tokens=1,
-            cached_prompt_tokens=0,
-            completion_tokens=1,
-            latency_s=0.0,
-            finish_reason="stop",
-        )
-        for i in range(rng.randint(1, 12))
-    ]
-    return EpisodeRecord(
-        episode_id=f"{run_id}:{number}",
-        run_id=run_id,
-        scenario="costs",
-        instance_id=str(number),
-        player="p",
-        status="finished",
-        seed=number,
-        started_at=at,
-        finished_at=at,
-        wall_s=0.0,
-        messages=messages,
-    )
+    texts = [("player", "x" * rng.randint(10, 800)) for _ in range(rng.randint(1, 12))]
+    return hand_episode(run_id, "costs", str(number), "p", messages=texts)
 
 
 def store_times(db: Path, count: int) -> list[dict[str, str | float]]:

@@ -32,16 +32,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from appliance.store import Store  # noqa: E402
+from tests.test_cli import cli  # noqa: E402
+
 HELPER = REPO / "tests" / "scripted_run.py"
 FAMILIES = ("clembench", "simulatebench", "pingpong", "simulbench")
 #: what the runs print when their end-of-run check restores an episode from the journal
 RESTORED = re.compile(r"(\d+) journaled episodes missing from the store .*: restored from its journal")
-
-
-def appliance(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "appliance", *args], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
 
 
 @dataclass
@@ -111,7 +110,7 @@ class Readers:
                 if not pairs:
                     continue
                 args = ["compare", *rng.sample(rng.choice(pairs), 2), *db, "--force"]
-            result = appliance(*args)
+            result = cli(*args)
             with self.lock:
                 self.tally.reads[command] = self.tally.reads.get(command, 0) + 1
                 # compare exits 1 on a regression between two unrelated runs: that is an answer, not a failure
@@ -160,7 +159,7 @@ def play(db: Path, family: str, run_id: str, seed: int, args: argparse.Namespace
 
 def check(db: Path, tally: Tally, readers: Readers) -> str:
     """`store check` after a round; a store that differs is counted and repaired for the next round."""
-    result = appliance("store", "check", "--db", str(db))
+    result = cli("store", "check", "--db", str(db))
     text = result.stdout + result.stderr
     episodes = sum(int(n) for n in re.findall(r"^run \S+: (\d+) episodes", text, flags=re.M))
     missing = sum(int(n) for n in re.findall(r"(\d+) journaled episodes missing", text))
@@ -172,7 +171,7 @@ def check(db: Path, tally: Tally, readers: Readers) -> str:
         tally.problems.append(f"round {tally.rounds}: store check exit {result.returncode}: {text.strip()[-500:]}")
         readers.paused.set()
         time.sleep(2)  # let the readers' commands in flight end: repair swaps the file
-        repaired = appliance("store", "repair", "--db", str(db))
+        repaired = cli("store", "repair", "--db", str(db))
         readers.paused.clear()
         if repaired.returncode != 0:
             raise SystemExit(f"store repair failed: {repaired.stderr.strip()}")
@@ -240,11 +239,8 @@ def main() -> int:
 
 
 def stored_episodes(db: Path) -> int:
-    import duckdb
-
-    with duckdb.connect(str(db), read_only=True) as connection:
-        row = connection.execute("SELECT count(*) FROM episodes").fetchone()
-    return int(row[0]) if row else 0
+    with Store.open(db, read_only=True) as store:
+        return int(store.query("SELECT count(*) FROM episodes")[0][0])
 
 
 if __name__ == "__main__":

@@ -56,10 +56,10 @@ class Busy(Exception):
     """Another process holds the lock in a conflicting mode."""
 
 
-def acquire(db: Path, exclusive: bool) -> bool:
-    """Take the lock once, without waiting: True when held (or when there is nothing to lock), Busy when another
-    process holds it in a conflicting mode. A reader of a store in a folder it cannot write goes without: no
-    writer can write there either."""
+def acquire(db: Path, exclusive: bool) -> None:
+    """Take the lock once, without waiting; Busy when another process holds it in a conflicting mode. A reader
+    of a store in a folder it cannot write goes without (`release` is then a no-op): no writer can write there
+    either."""
     key = str(lock_path(db).resolve())
     with _guard:
         held = _holds.get(key)
@@ -68,12 +68,12 @@ def acquire(db: Path, exclusive: bool) -> bool:
                 _upgrade(held.descriptor)
                 held.exclusive = True
             held.count += 1
-            return True
+            return
         try:
             descriptor = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as error:
             if not exclusive and error.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-                return False
+                return
             raise ApplianceError(f"{key}: cannot open the store's lock file: {error.strerror}") from None
         try:
             _flock(descriptor, exclusive)
@@ -81,7 +81,6 @@ def acquire(db: Path, exclusive: bool) -> bool:
             os.close(descriptor)
             raise
         _holds[key] = _Hold(descriptor, exclusive, 1)
-        return True
 
 
 def release(db: Path) -> None:
@@ -113,7 +112,7 @@ def _upgrade(descriptor: int) -> None:
         raise
 
 
-def wait_for(db: Path, exclusive: bool, deadline: float) -> bool:
+def wait_for(db: Path, exclusive: bool, deadline: float) -> None:
     """`acquire`, retrying with backoff until `deadline` (time.monotonic()); Busy once it passes. Waiting readers
     go first (see the module's docstring)."""
     delay = 0.005
@@ -123,7 +122,8 @@ def wait_for(db: Path, exclusive: bool, deadline: float) -> bool:
         while True:
             if not (exclusive and time.monotonic() < yield_until and _readers_waiting(db)):
                 try:
-                    return acquire(db, exclusive)
+                    acquire(db, exclusive)
+                    return
                 except Busy:
                     if time.monotonic() >= deadline:
                         raise
