@@ -59,8 +59,18 @@ class MalformedValue(ValueError):
     """The child's data is not a value it could have sent honestly."""
 
 
-def decode(data: object) -> object:
-    """Rebuild a value from the child's data; anything but the harness's encoding is malformed."""
+#: the harness's own bounds (harness.MAX_DEPTH, MAX_ITEMS): deeper or larger data was not sent honestly
+MAX_DEPTH = 64
+MAX_ITEMS = 100_000
+
+
+def decode(data: object, depth: int = 0, budget: list[int] | None = None) -> object:
+    """Rebuild a value from the child's data; anything but the harness's encoding is malformed,
+    and so is anything deeper or larger than the harness ever sends."""
+    budget = [MAX_ITEMS] if budget is None else budget
+    budget[0] -= 1
+    if depth > MAX_DEPTH + 1 or budget[0] < 0:
+        raise MalformedValue("deeper or larger than the harness sends")
     if data is None or isinstance(data, bool | str):
         return data
     if isinstance(data, list):  # the harness tags every container; a bare array is not its encoding
@@ -69,12 +79,18 @@ def decode(data: object) -> object:
         raise MalformedValue(f"unexpected {type(data).__name__}")
     ((tag, body),) = data.items()
     try:
-        return _decode_tagged(tag, body)
+        return _decode_tagged(tag, body, depth + 1, budget)
+    except MalformedValue:
+        raise
     except (TypeError, ValueError, OverflowError) as error:
-        raise MalformedValue(f"{tag}: {error}") from None
+        raise MalformedValue(f"{tag}: {error}"[:200]) from None
 
 
-def _decode_tagged(tag: str, body: Any) -> object:
+def _decode_tagged(tag: str, body: Any, depth: int, budget: list[int]) -> object:
+
+    def item(data: object) -> object:
+        return decode(data, depth, budget)
+
     if tag == "int" and isinstance(body, str):
         return int(body)
     if tag == "float" and isinstance(body, str):
@@ -86,15 +102,15 @@ def _decode_tagged(tag: str, body: Any) -> object:
     if not isinstance(body, list):
         raise MalformedValue(f"tag {tag!r} with a body of type {type(body).__name__}")
     if tag == "list":
-        return [decode(item) for item in body]
+        return [item(element) for element in body]
     if tag == "tuple":
-        return tuple(decode(item) for item in body)
+        return tuple(item(element) for element in body)
     if tag == "set":
-        return {decode(item) for item in body}
+        return {item(element) for element in body}
     if tag == "frozenset":
-        return frozenset(decode(item) for item in body)
+        return frozenset(item(element) for element in body)
     if tag == "dict" and all(isinstance(pair, list) and len(pair) == 2 for pair in body):
-        return {decode(key): decode(value) for key, value in body}
+        return {item(key): item(value) for key, value in body}
     raise MalformedValue(f"unknown tag {tag!r}")
 
 

@@ -105,6 +105,8 @@ def limit_resources(limits: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (output, output))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # as its namespace's pid 1 the child would ignore a default SIGXCPU: end as the signal would
+    signal.signal(signal.SIGXCPU, lambda signum, frame: os._exit(128 + signal.SIGXCPU))
     if limits["tasks"] is not None:  # counted per user namespace: meaningful only inside the sandbox's own
         resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["tasks"]), int(limits["tasks"])))
 

@@ -1,12 +1,15 @@
 """Kernel isolation for the child: bubblewrap's namespaces around a read-only Python runtime.
 
-The child gets new user, PID, network, IPC, UTS and cgroup namespaces (no further user namespaces
-inside), all capabilities dropped, its own session, and a mount namespace holding only the
-runtime (the interpreter's prefix and the system's shared libraries, read-only), a fresh /proc
-and /dev, and a small tmpfs as its work folder: no home, no project, no /etc, no /tmp of the
-host. It dies with the parent, and with it every process of its PID namespace. Where bubblewrap
-is missing or the kernel refuses the namespaces, `kernel_isolation_problem` says why, and code is
-not run unless the user asked for unsafe execution explicitly.
+The child runs as an unprivileged host uid whoever starts the appliance: an ordinary user's own,
+or, under root, `$APPLIANCE_SANDBOX_UID` (default 1999999999, a uid no account has), so sysctls,
+core_pattern, device nodes and other users' processes are out of reach by the kernel's own
+checks. It gets new user, PID, network, IPC, UTS and cgroup namespaces (no further user
+namespaces inside), no capabilities, its own session, and a mount namespace holding only the
+runtime (read-only), a fresh /proc and /dev, and a small tmpfs as its work folder; the rest of
+the tree, /dev included, is read-only. The child is the namespace's pid 1 (`--as-pid-1`): there is
+no bubblewrap reaper inside running without the child's seccomp filter. Its memory and tasks are
+bound by a cgroup (cgroups.py). Where any of this cannot be had, `kernel_isolation_problem` says
+why, and code is not run unless the user asked for unsafe execution explicitly.
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Any
+
+from appliance.sandbox.cgroups import cgroup_problem
+from appliance.sandbox.exposure import ExposedRuntime, hidden_ancestors
 
 #: names the bubblewrap executable, for machines where it is not on PATH
 BWRAP_VARIABLE = "APPLIANCE_BWRAP"
+#: the host uid (and gid) the child runs as when the appliance runs as root
+SANDBOX_UID_VARIABLE = "APPLIANCE_SANDBOX_UID"
+DEFAULT_SANDBOX_UID = 1_999_999_999
 WORK_FOLDER = "/work"
 #: the fix `kernel_isolation_problem`'s messages end with
 HOW_TO_FIX = "install bubblewrap (apt-get install bubblewrap) on a kernel that allows user namespaces"
+#: the host's device nodes bubblewrap binds into /dev: read-only mounts, so that the child can use
+#: them but change nothing of them (mode, owner, times, attributes) on the host
+_DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _LIBRARY_FOLDERS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/lib32")
 
 
@@ -39,6 +52,37 @@ def bwrap_executable() -> str | None:
 def runtime_interpreter() -> str:
     """The real interpreter behind this one (a virtual environment's python is a link to it)."""
     return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def sandbox_uid() -> int:
+    """The unprivileged host uid of the child: this process's own, or the configured one under root."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    uid = int(os.environ.get(SANDBOX_UID_VARIABLE, DEFAULT_SANDBOX_UID))
+    if uid == 0:
+        raise SandboxUnavailable(f"${SANDBOX_UID_VARIABLE} must not be 0: the child never runs as host root")
+    return uid
+
+
+def _runtime_folders() -> list[str]:
+    return sorted({os.path.realpath(sys.base_prefix), os.path.dirname(runtime_interpreter())})
+
+
+@functools.cache
+def _exposed_runtime() -> ExposedRuntime:
+    return ExposedRuntime(_runtime_folders())
+
+
+def launch(command: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """`command` (bubblewrap's) as this process starts it, with the Popen arguments that drop root:
+    under root, as the sandbox uid with no other groups, from the runtime's exposed namespace where
+    the uid could not reach the runtime otherwise."""
+    if os.geteuid() != 0:
+        return command, {}
+    uid = sandbox_uid()
+    if hidden_ancestors(_runtime_folders()):
+        return _exposed_runtime().enter(uid, uid) + command, {}
+    return command, {"user": uid, "group": uid, "extra_groups": []}
 
 
 def _runtime_mounts() -> list[str]:
@@ -60,8 +104,10 @@ def _runtime_mounts() -> list[str]:
     return arguments
 
 
-def bwrap_command(bwrap: str, disk_mb: int, inner: list[str]) -> list[str]:
-    """`inner` run under bubblewrap with the namespaces and mounts described above."""
+def bwrap_command(bwrap: str, disk_mb: int, inner: list[str], info_fd: int | None = None) -> list[str]:
+    """`inner` run under bubblewrap with the namespaces and mounts described above; bubblewrap writes
+    the child's pid (as JSON) to `info_fd`, so that the parent can put it into its cgroup."""
+    fds = ["--info-fd", str(info_fd)] if info_fd is not None else []
     return [
         bwrap,
         "--unshare-user",
@@ -79,6 +125,7 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str]) -> list[str]:
         "ALL",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",
         "--clearenv",
         "--setenv",
         "HOME",
@@ -100,8 +147,14 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str]) -> list[str]:
         str(disk_mb * 1024 * 1024),
         "--tmpfs",
         WORK_FOLDER,
+        *[argument for node in _DEVICE_NODES for argument in ("--remount-ro", node)],
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         WORK_FOLDER,
+        *fds,
         "--",
         *inner,
     ]
@@ -109,10 +162,10 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str]) -> list[str]:
 
 @functools.cache
 def _probe(bwrap: str) -> str | None:
-    command = bwrap_command(bwrap, 1, [runtime_interpreter(), "-I", "-S", "-c", "pass"])
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError) as error:
+        command, options = launch(bwrap_command(bwrap, 1, [runtime_interpreter(), "-I", "-S", "-c", "pass"]))
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, **options)
+    except (OSError, subprocess.SubprocessError, SandboxUnavailable) as error:
         return f"bubblewrap ({bwrap}) could not start: {error}"
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
@@ -128,7 +181,9 @@ def kernel_isolation_problem() -> str | None:
         missing = f"${BWRAP_VARIABLE} ({where}) is not an executable" if where else "bubblewrap (bwrap) is missing"
         return f"{missing}; {HOW_TO_FIX}"
     problem = _probe(bwrap)
-    return None if problem is None else f"{problem}; {HOW_TO_FIX}"
+    if problem is not None:
+        return f"{problem}; {HOW_TO_FIX}"
+    return cgroup_problem()
 
 
 @functools.cache
@@ -139,6 +194,6 @@ def bwrap_version(bwrap: str) -> str:
 
 def describe_kernel_isolation(bwrap: str, disk_mb: int) -> str:
     return (
-        f"{bwrap_version(bwrap)}: user, pid, net, ipc, uts namespaces, no capabilities; "
-        f"read-only runtime, private {WORK_FOLDER} ({disk_mb} MB)"
+        f"{bwrap_version(bwrap)} as host uid {sandbox_uid()}: user, pid, net, ipc, uts namespaces, "
+        f"no capabilities, the child as pid 1; read-only runtime and root, private {WORK_FOLDER} ({disk_mb} MB)"
     )

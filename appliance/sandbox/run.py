@@ -1,10 +1,12 @@
 """Running model-written code against test cases: the child computes, the parent judges.
 
-The child (harness.py, run as `python -I -S -c`) starts under bubblewrap (isolation.py) unless
-the run asked for unsafe execution; its stdout and stderr go to files the parent opened, its
-results to a third file, each capped by RLIMIT_FSIZE. The parent kills it at the wall-clock limit,
-then decodes the results and compares them with the expected values, which never left the parent
-(cases.py). A child that stops, floods or crashes before its results are written scores 0.
+The child (harness.py, run as `python -I -S -c`) starts under bubblewrap (isolation.py) in a
+cgroup of its own (cgroups.py) unless the run asked for unsafe execution; its stdout and stderr go
+to files the parent opened, its results to a third file, each capped by RLIMIT_FSIZE. The parent
+kills it at the wall-clock limit, ends every process of its cgroup, reads the results through the
+descriptor it kept, decodes them and compares them with the expected values, which never left the
+parent (cases.py). A child that stops, floods or crashes before its results are written scores 0;
+nothing the child writes can make the parent fail.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from appliance.sandbox.cases import TestCase, judge_case
+from appliance.sandbox.cgroups import Layout, RunCgroup, find_layout
 from appliance.sandbox.isolation import (
     WORK_FOLDER,
     SandboxUnavailable,
@@ -29,6 +33,7 @@ from appliance.sandbox.isolation import (
     bwrap_executable,
     describe_kernel_isolation,
     kernel_isolation_problem,
+    launch,
     runtime_interpreter,
 )
 from appliance.sandbox.limits import SandboxLimits
@@ -72,7 +77,7 @@ def run_tests(
     tests turn them off to show that the layers below hold on their own."""
     if not code.strip():
         return TestRun("no_code", 0, len(cases), "no code to run", 0.0)
-    command, kernel = _command(limits, isolation)
+    inner = [runtime_interpreter(), "-I", "-S", "-c", HARNESS.read_text(encoding="utf-8")]
     payload = {
         "code": code,
         "calls": [case.call for case in cases],
@@ -82,93 +87,208 @@ def run_tests(
         "audit_hook": audit_hook,
     }
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="appliance-sandbox-") as folder:
+    with tempfile.TemporaryDirectory(prefix="appliance-sandbox-") as folder, contextlib.ExitStack() as files:
         root = Path(folder)
         work = root / "work"
         work.mkdir()
-        payload["root"] = WORK_FOLDER if isolation == "kernel" else str(work)  # where the child may write
-        stdout, stderr, results = (root / "stdout", root / "stderr", root / "results")
-        timed_out, returncode = _supervise(command, payload, (stdout, stderr, results), work, limits.wall_s)
+        # the parent keeps these descriptors and reads through them: the child cannot take them away
+        stdout, stderr, results = (files.enter_context((root / name).open("w+b")) for name in _OUTPUTS)
+        if isolation == "unsafe":
+            payload["root"] = str(work)  # where the child may write
+            kernel, seen = UNSAFE, _supervise(inner, payload, (stdout, stderr, results), limits, work=work)
+        else:
+            payload["root"] = WORK_FOLDER
+            kernel, seen = _supervise_isolated(inner, payload, (stdout, stderr, results), limits)
         wall = time.perf_counter() - started
-        flooded = any(path.stat().st_size >= limits.output_kb * 1024 for path in (stdout, stderr, results))
+        flooded = any(os.fstat(f.fileno()).st_size >= limits.output_kb * 1024 for f in (stdout, stderr, results))
         lines = _tail(results).splitlines()
         error_tail = _tail(stderr)
-    return _verdict(cases, lines, kernel, timed_out, flooded, returncode, error_tail, wall, limits)
+    return _verdict(cases, lines, kernel, seen, flooded, error_tail, wall, limits)
 
 
-def _command(limits: SandboxLimits, isolation: Isolation) -> tuple[list[str], str]:
-    inner = [runtime_interpreter(), "-I", "-S", "-c", HARNESS.read_text(encoding="utf-8")]
-    if isolation == "unsafe":
-        return inner, UNSAFE
+_OUTPUTS = ("stdout", "stderr", "results")
+#: what the child (inner bubblewrap, or the harness itself) may take beyond its own address space
+_CGROUP_SLACK_MB = 16
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """How the child ended, as the parent saw it."""
+
+    timed_out: bool
+    returncode: int | None
+    memory_killed: bool = False
+
+
+def _supervise_isolated(
+    inner: list[str], payload: dict[str, Any], outputs: tuple[IO[bytes], IO[bytes], IO[bytes]], limits: SandboxLimits
+) -> tuple[str, _Seen]:
+    """The child under bubblewrap, held before it runs until it is in its own cgroup; when it
+    returns, every process of that cgroup is ended."""
     problem = kernel_isolation_problem()
     bwrap = bwrap_executable()
-    if problem is not None or bwrap is None:
-        raise SandboxUnavailable(problem or "bubblewrap is missing")
-    return bwrap_command(bwrap, limits.disk_mb, inner), describe_kernel_isolation(bwrap, limits.disk_mb)
+    layout = find_layout()
+    if problem is not None or bwrap is None or not isinstance(layout, Layout):
+        raise SandboxUnavailable(problem or str(layout) or "bubblewrap is missing")
+    memory = (limits.memory_mb + limits.disk_mb + _CGROUP_SLACK_MB) << 20
+    group = RunCgroup.create(layout, memory_bytes=memory, tasks=limits.tasks)
+    info_read, info_write = os.pipe()
+    try:
+        command, options = launch(bwrap_command(bwrap, limits.disk_mb, inner, info_write))
+
+        def into_cgroup(child: subprocess.Popen[bytes]) -> None:
+            # The child boots the interpreter meanwhile: trusted code, which runs nothing of the
+            # candidate's before its payload, and the payload is sent only once it is in the group.
+            os.close(info_write)
+            inside = _child_pid(info_read, limits.wall_s)
+            if inside is not None:
+                group.add(inside)
+
+        seen = _supervise(
+            command, payload, outputs, limits, extra_fds=(info_write,), started=into_cgroup, options=options
+        )
+    finally:
+        for descriptor in (info_read, info_write):
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+        killed_by_memory = group.memory_killed()
+        group.end()
+    described = describe_kernel_isolation(bwrap, limits.disk_mb) + f"; {layout.describe()}: {memory >> 20} MB, "
+    return described + f"{limits.tasks} tasks", _Seen(seen.timed_out, seen.returncode, killed_by_memory)
+
+
+def _feed_and_wait(child: subprocess.Popen[bytes], data: bytes, wait_s: float) -> bool:
+    """Write `data` to the child's stdin and wait for it to exit; False at the time limit. Waits on a
+    pidfd, so the parent wakes when the child ends (Popen's own wait polls with growing sleeps)."""
+    assert child.stdin is not None
+    deadline = time.monotonic() + wait_s
+    exited = os.pidfd_open(child.pid)
+    stdin = child.stdin.fileno()
+    os.set_blocking(stdin, False)
+    poller = select.poll()
+    poller.register(exited, select.POLLIN)
+    poller.register(stdin, select.POLLOUT)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for descriptor, event in poller.poll(remaining * 1000):
+                if descriptor == exited:
+                    child.wait()
+                    return True
+                try:
+                    data = data[os.write(stdin, data) :] if not event & (select.POLLERR | select.POLLHUP) else b""
+                except (BrokenPipeError, BlockingIOError):
+                    data = data if not event & select.POLLERR else b""
+                if not data:  # all sent, or the child stopped reading
+                    poller.unregister(stdin)
+                    child.stdin.close()
+    finally:
+        os.close(exited)
+
+
+def _child_pid(info: int, wait_s: float) -> int | None:
+    """The pid bubblewrap reports for the child (its JSON on the info descriptor), or None if it died first."""
+    text = b""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([info], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(info, 4096) if ready else b""
+        if not chunk:
+            return None
+        text += chunk
+        with contextlib.suppress(ValueError):
+            pid = json.loads(text).get("child-pid")
+            return pid if isinstance(pid, int) else None
+    return None
 
 
 def _supervise(
-    command: list[str], payload: dict[str, Any], outputs: tuple[Path, Path, Path], work: Path, wall_s: float
-) -> tuple[bool, int | None]:
+    command: list[str],
+    payload: dict[str, Any],
+    outputs: tuple[IO[bytes], IO[bytes], IO[bytes]],
+    limits: SandboxLimits,
+    *,
+    work: Path | None = None,
+    extra_fds: tuple[int, ...] = (),
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    options: dict[str, Any] | None = None,
+) -> _Seen:
     """Start the child with stdout, stderr and results going to files; the results file is an inherited
-    descriptor named in the payload. Kill the child's whole session at the limit (under bubblewrap its
-    PID namespace dies with it)."""
-    with contextlib.ExitStack() as files:
-        stdout, stderr, results = (files.enter_context(path.open("wb")) for path in outputs)
-        child = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=work,
-            env={"PATH": "/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8"},
-            start_new_session=True,
-            pass_fds=(results.fileno(),),
-        )
-        payload = payload | {"results_fd": results.fileno()}
-        timed_out = False
-        try:
-            child.communicate(json.dumps(payload).encode(), timeout=wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    return timed_out, child.returncode
+    descriptor named in the payload. Kill the child's whole session at the limit."""
+    stdout, stderr, results = outputs
+    child = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=work or "/",
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work or "/"), "TMPDIR": str(work or "/"), "LANG": "C.UTF-8"},
+        start_new_session=True,
+        pass_fds=(results.fileno(), *extra_fds),
+        **(options or {}),
+    )
+    payload = payload | {"results_fd": results.fileno()}
+    try:
+        if started is not None:
+            started(child)
+        timed_out = not _feed_and_wait(child, json.dumps(payload).encode(), limits.wall_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    return _Seen(timed_out, child.returncode)
 
 
 def _verdict(
     cases: Sequence[TestCase],
     lines: list[str],
     kernel: str,
-    timed_out: bool,
+    seen: _Seen,
     flooded: bool,
-    returncode: int | None,
     error_tail: str,
     wall: float,
     limits: SandboxLimits,
 ) -> TestRun:
     """The parent's judgement: the child's first line says what isolation it set up, the last its outcomes."""
     records = [_json_object(line) for line in lines]
-    isolation = {"kernel": kernel}
-    if records and records[0] is not None:
-        isolation |= {str(k): str(v) for k, v in dict(records[0].get("isolation") or {}).items()}
+    isolation = {"kernel": kernel} | _claimed_isolation(records[0] if records else None)
     total = len(cases)
-    if timed_out:
+    if seen.timed_out:
         return TestRun("timeout", 0, total, f"killed after {limits.wall_s:g} s", wall, isolation)
     report = records[-1] if len(records) >= 2 else None
     if report is None or "loaded" not in report:
-        detail = f"output limit ({limits.output_kb} KB) exceeded" if flooded else _death(returncode, error_tail)
+        detail = f"output limit ({limits.output_kb} KB) exceeded" if flooded else _death(seen, error_tail)
         return TestRun("killed", 0, total, detail, wall, isolation)
     if not report.get("loaded"):
-        return TestRun("not_loaded", 0, total, str(report.get("error", ""))[:600], wall, isolation)
+        return TestRun("not_loaded", 0, total, _text(report.get("error", ""), 600), wall, isolation)
     outcomes = report.get("cases")
     outcomes = outcomes if isinstance(outcomes, list) and len(outcomes) == total else [None] * total
-    verdicts = [judge_case(case, outcome) for case, outcome in zip(cases, outcomes, strict=True)]
+    verdicts = [_judged(case, outcome) for case, outcome in zip(cases, outcomes, strict=True)]
     passed = sum(ok for ok, _ in verdicts)
     errors = "; ".join(why for ok, why in verdicts if not ok)
     return TestRun("passed" if passed == total else "failed", passed, total, errors[:600], wall, isolation)
+
+
+def _judged(case: TestCase, outcome: object) -> tuple[bool, str]:
+    """`judge_case`, with whatever the child's data makes it raise turned into a failed case."""
+    try:
+        return judge_case(case, outcome)
+    except Exception as error:
+        return False, f"{case.call}: the result could not be judged ({type(error).__name__})"
+
+
+def _claimed_isolation(record: dict[str, Any] | None) -> dict[str, str]:
+    """What the child says it set up (for the record only), as short strings."""
+    claimed = record.get("isolation") if record is not None else None
+    if not isinstance(claimed, dict):
+        return {}
+    return {_text(k, 40): _text(v, 200) for k, v in list(claimed.items())[:16]}
+
+
+def _text(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else f"({type(value).__name__})"
 
 
 def _json_object(line: str) -> dict[str, Any] | None:
@@ -179,14 +299,16 @@ def _json_object(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _tail(path: Path, size: int = 262_144) -> str:
-    with path.open("rb") as handle:
-        handle.seek(max(0, path.stat().st_size - size))
-        return handle.read().decode("utf-8", errors="replace")
+def _tail(handle: IO[bytes], size: int = 262_144) -> str:
+    end = os.fstat(handle.fileno()).st_size
+    return os.pread(handle.fileno(), size, max(0, end - size)).decode("utf-8", errors="replace")
 
 
-def _death(returncode: int | None, stderr: str) -> str:
+def _death(seen: _Seen, stderr: str) -> str:
     """Why the child ended without results; bubblewrap reports a child killed by signal N as 128 + N."""
+    if seen.memory_killed:
+        return "child killed by the kernel at its cgroup's memory limit"
+    returncode = seen.returncode
     number = -returncode if returncode is not None and returncode < 0 else (returncode or 0) - 128
     if number > 0 and number in signal.valid_signals():
         name = signal.Signals(number).name

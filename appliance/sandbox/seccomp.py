@@ -3,9 +3,10 @@
 A classic BPF program, written out here rather than taken from a library so that the child needs
 nothing but the standard library. It refuses (EPERM) what computing a function never needs: new
 processes (fork, vfork, clone without CLONE_THREAD; threads stay allowed), exec, sockets, signals
-and ptrace towards other processes, namespaces, mounts, keyrings, BPF, io_uring and module
-loading. clone3 answers ENOSYS so that the C library falls back to clone, whose flags a filter can
-read. Another architecture than the one below gets no filter, and the run records that.
+and ptrace towards other processes, namespaces, mounts, keyrings, BPF, io_uring, module loading,
+and the per-user kernel objects (inotify, fanotify, message queues, POSIX timers). clone3 answers
+ENOSYS so that the C library falls back to clone, whose flags a filter can read. Another
+architecture than the one below gets no filter, and the run records that.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ X86_64_REFUSED = {
     "swapoff": 168,
     "acct": 163,
     "quotactl": 179,
+    # kernel objects counted per host user, which a run could exhaust for the user's other programs
+    "inotify_init": 253,
+    "inotify_init1": 294,
+    "fanotify_init": 300,
+    "mq_open": 240,
+    "timer_create": 222,
 }
 
 
