@@ -32,13 +32,21 @@ def short_settings(folder: Path) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("APPLIANCE_BWRAP", "no-bwrap-here", "bubblewrap"),
+        ("APPLIANCE_SANDBOX_CGROUP", "/appliance-no-such-cgroup", "appliance-no-such-cgroup does not exist"),
+    ],
+)
 def test_code_review_without_kernel_isolation_is_refused_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, named: str
 ) -> None:
-    monkeypatch.setenv("APPLIANCE_BWRAP", str(tmp_path / "no-bwrap-here"))
+    """No bubblewrap, or no cgroup for the run's limits: refused before anything is stored."""
+    monkeypatch.setenv(variable, str(tmp_path / value) if variable == "APPLIANCE_BWRAP" else value)
     db = tmp_path / "de.duckdb"
     result = cli("run", "--scenario", "deepeval", "--players", "smollm2-135m", "--panel", "smollm2", "--db", str(db))
-    assert_clean_error(result, "deepeval runs model-written code", "bubblewrap", "--unsafe-code-execution")
+    assert_clean_error(result, "deepeval runs model-written code", named, "--unsafe-code-execution")
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
 

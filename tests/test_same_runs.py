@@ -9,8 +9,9 @@ player prompt tried with them is back as it was), and yes/no and pairwise judges
 the default panel (SimulBench's challenging turns, so its extracted scripts, and its pairwise verdicts),
 SimulBench's own pairwise template (its comparison verdicts), and DeepEval's referee rating both roles in
 one verdict, which is both roles' payoff (its judgments and scores), and SimulateBench's answer format
-moved from each question into the system prompt (its questions' text and prompt lengths). The SmolLM2
-run is stored per platform (`tests/golden_runs.py`)."""
+moved from each question into the system prompt (its questions' text and prompt lengths), and the
+code sandbox's isolation record in DeepEval's code-review metadata (host uid, pid 1, cgroup; the text
+replaced in place, no figure moved). The SmolLM2 run is stored per platform (`tests/golden_runs.py`)."""
 
 from __future__ import annotations
 

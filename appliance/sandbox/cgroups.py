@@ -41,7 +41,8 @@ class Layout:
     parents: tuple[Path, ...]
 
     def describe(self) -> str:
-        return f"cgroup v{self.version} ({', '.join(str(p) for p in self.parents)})"
+        """For the run's record: the same on every machine with the same layout (no paths)."""
+        return f"cgroup v{self.version} ({', '.join(_CONTROLLERS)})"
 
 
 def _mounts() -> list[tuple[Path, str, set[str]]]:

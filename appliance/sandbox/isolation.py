@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from appliance.sandbox.cgroups import cgroup_problem
@@ -68,9 +69,17 @@ def _runtime_folders() -> list[str]:
     return sorted({os.path.realpath(sys.base_prefix), os.path.dirname(runtime_interpreter())})
 
 
+_exposure_lock = threading.Lock()
+
+
 @functools.cache
 def _exposed_runtime() -> ExposedRuntime:
     return ExposedRuntime(_runtime_folders())
+
+
+def _exposed() -> ExposedRuntime:
+    with _exposure_lock:  # one helper, however many threads play code review at once
+        return _exposed_runtime()
 
 
 def launch(command: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -81,7 +90,7 @@ def launch(command: list[str]) -> tuple[list[str], dict[str, Any]]:
         return command, {}
     uid = sandbox_uid()
     if hidden_ancestors(_runtime_folders()):
-        return _exposed_runtime().enter(uid, uid) + command, {}
+        return _exposed().enter(uid, uid) + command, {}
     return command, {"user": uid, "group": uid, "extra_groups": []}
 
 

@@ -133,13 +133,21 @@ def _supervise_isolated(
     memory = (limits.memory_mb + limits.disk_mb + _CGROUP_SLACK_MB) << 20
     group = RunCgroup.create(layout, memory_bytes=memory, tasks=limits.tasks)
     info_read, info_write = os.pipe()
+    still_open = [info_read, info_write]
+
+    def close(descriptor: int) -> None:
+        # once only: a number closed twice may by then be another thread's file (DuckDB's, say)
+        if descriptor in still_open:
+            still_open.remove(descriptor)
+            os.close(descriptor)
+
     try:
         command, options = launch(bwrap_command(bwrap, limits.disk_mb, inner, info_write))
 
         def into_cgroup(child: subprocess.Popen[bytes]) -> None:
             # The child boots the interpreter meanwhile: trusted code, which runs nothing of the
             # candidate's before its payload, and the payload is sent only once it is in the group.
-            os.close(info_write)
+            close(info_write)
             inside = _child_pid(info_read, limits.wall_s)
             if inside is not None:
                 group.add(inside)
@@ -148,9 +156,8 @@ def _supervise_isolated(
             command, payload, outputs, limits, extra_fds=(info_write,), started=into_cgroup, options=options
         )
     finally:
-        for descriptor in (info_read, info_write):
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
+        for descriptor in list(still_open):
+            close(descriptor)
         killed_by_memory = group.memory_killed()
         group.end()
     described = describe_kernel_isolation(bwrap, limits.disk_mb) + f"; {layout.describe()}: {memory >> 20} MB, "
@@ -238,6 +245,8 @@ def _supervise(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+        if child.stdin is not None:
+            child.stdin.close()
     return _Seen(timed_out, child.returncode)
 
 
