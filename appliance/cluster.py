@@ -21,6 +21,7 @@ import contextlib
 import os
 import queue
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -33,6 +34,7 @@ from appliance.catalog import Catalog
 from appliance.engine.backend import BackendCounters
 from appliance.episodes import EpisodeKey
 from appliance.errors import ApplianceError
+from appliance.loopback import LoopbackNetwork
 from appliance.offline import enforce_offline
 from appliance.playing import EpisodePlayer, OnPlayed, PlannedEpisode
 from appliance.pool import ModelPool, Serving
@@ -193,8 +195,11 @@ class RayCluster:
         started_ray: bool,
         player: EpisodePlayer,
         group_workers: list[_Worker] | None = None,
+        network: LoopbackNetwork | None = None,
     ) -> None:
         self.options = options
+        #: the loopback-only network namespace its Ray processes were started in, left at `close`
+        self._network = network or LoopbackNetwork()
         self.workers = workers
         self._all = list(workers)
         self.group_workers = group_workers or []
@@ -222,7 +227,10 @@ class RayCluster:
         ray = import_ray()
         groups = plan_groups(catalog, models, dict(options.group_sizes), options.gpus_per_worker)
         started_ray = not ray.is_initialized()
+        network = LoopbackNetwork()
         if started_ray:
+            if options.address == "local":
+                _keep_to_the_loopback(network)
             ray.init(**_init_arguments(options, groups))
         threads = max(1, int(options.cpus_per_worker))
         started: list[Any] = []
@@ -261,8 +269,9 @@ class RayCluster:
                 ray.kill(actor)
             if started_ray:
                 ray.shutdown()
+            network.leave()
             raise
-        return cls(options, ready[len(group_names) :], started_ray, player, ready[: len(group_names)])
+        return cls(options, ready[len(group_names) :], started_ray, player, ready[: len(group_names)], network)
 
     def play(self, episodes: Sequence[PlannedEpisode], on_result: OnPlayed) -> list[EpisodeRecord | None]:
         """Every episode played on some worker; `on_result` runs in the driver as each comes back.
@@ -351,6 +360,7 @@ class RayCluster:
             ray.kill(worker.actor)
         if self._started_ray:
             ray.shutdown()
+        self._network.leave()
 
     def __enter__(self) -> RayCluster:
         return self
@@ -389,6 +399,14 @@ def _ready(ray: Any, actor: Any) -> int:
         text = str(cause).strip().splitlines()
         reason = next((line for line in reversed(text) if "ApplianceError:" in line), text[-1] if text else "")
         raise ApplianceError(reason.split("ApplianceError: ", 1)[-1]) from None
+
+
+def _keep_to_the_loopback(network: LoopbackNetwork) -> None:
+    """A local cluster's servers listen on every interface; in a network namespace of their own every
+    interface is the loopback (appliance/loopback.py). Where that cannot be had, stderr says so."""
+    problem = network.enter()
+    if problem is not None:
+        print(f"warning: the local Ray cluster listens on the host's network ({problem})", file=sys.stderr)
 
 
 def _init_arguments(options: ClusterOptions, groups: list[WorkerGroup]) -> dict[str, Any]:

@@ -11,8 +11,10 @@ round trip is in tests/test_cli.py (two runs with the same seed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -222,3 +224,64 @@ def test_a_killed_shard_resumes_on_ray_workers_and_merges_into_the_unsharded_run
     assert summary.run_id == run_id and all(facts["episodes"] for facts in summary.shards.values())
     with Store.open(merged, read_only=True) as store:
         assert _as_rows(canonical(store, run_id)) == golden("clembench")
+
+
+def _listeners(pid: int) -> dict[int, str]:
+    """Listening TCP sockets of `pid`'s network namespace: socket inode -> local address (hex, as /proc writes it)."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        for line in (Path(f"/proc/{pid}/net") / table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                found[int(fields[9])] = fields[1]
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(link)
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of its own needs root (docs/scale-out.md)")
+def test_a_local_cluster_listens_on_the_loopback_only(tmp_path: Path) -> None:
+    """Every Ray process of a local cluster sits in a network namespace whose only interface is the
+    loopback, and none of their listening sockets is in the host's namespace."""
+    seen: dict[str, tuple[str, list[str], dict[int, str], set[int]]] = {}
+
+    def inspect(name: str, pid: int) -> None:
+        namespace = os.readlink(f"/proc/{pid}/ns/net")
+        processes = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _same_network(int(p.name), namespace)]
+        inodes = set().union(*(_socket_inodes(int(p.name)) for p in processes))
+        seen[name] = (namespace, _interfaces(pid), _listeners(pid), inodes)
+
+    def on_ray(catalog: Catalog, store: Store) -> Runner:
+        return Runner(catalog, store, scripted_factory(seed_echo), cluster=TWO_WORKERS, on_worker=inspect)
+
+    host_namespace = os.readlink("/proc/thread-self/ns/net")
+    scripted_run(tmp_path / "ray.duckdb", "clembench", runner=on_ray)
+    # the cluster shut down, this thread is back on the host's network (its later connections are the host's)
+    assert os.readlink("/proc/thread-self/ns/net") == host_namespace
+    host_listeners = _listeners(os.getpid())
+    assert sorted(seen) == ["w1", "w2"]
+    for name, (namespace, names, listeners, inodes) in seen.items():
+        assert namespace != host_namespace and names == ["lo"], (name, names)
+        assert listeners, "the cluster's servers listen (in their own namespace)"
+        assert not inodes & set(host_listeners), f"{name}: a Ray socket listens on the host's network"
+
+
+def _same_network(pid: int, namespace: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") == namespace
+    except OSError:
+        return False
+
+
+def _interfaces(pid: int) -> list[str]:
+    """The interfaces of `pid`'s network namespace (the names before the colons of /proc/PID/net/dev)."""
+    lines = (Path(f"/proc/{pid}/net/dev")).read_text().splitlines()[2:]
+    return [re.match(r"\s*([^\s:]+)", line).group(1) for line in lines]  # type: ignore[union-attr]
