@@ -150,7 +150,8 @@ def _supervise_isolated(
             close(info_write)
             inside = _child_pid(info_read, limits.wall_s)
             if inside is not None:
-                group.add(inside)
+                with contextlib.suppress(ProcessLookupError):  # it died setting up: nothing runs outside
+                    group.add(inside)
 
         seen = _supervise(
             command, payload, outputs, limits, extra_fds=(info_write,), started=into_cgroup, options=options
