@@ -48,6 +48,11 @@ class EpisodeFailed(Exception):
     """An episode cannot go on (e.g. its context overflowed); it is stored with this error."""
 
 
+class ContextFull(EpisodeFailed):
+    """The prompt no longer fits the model's context. A conversation may end here on purpose and keep
+    the turns it played; uncaught, the episode fails with this error."""
+
+
 @dataclass
 class ModelClient:
     #: names this client's conversations (an episode id, a label item): KV cache keys start with it
@@ -108,7 +113,7 @@ class ModelClient:
         )
         completion = await self.scheduler.generate(target, request)
         if completion.finish_reason == "context_overflow":
-            raise EpisodeFailed(completion.error or "context overflow")
+            raise ContextFull(completion.error or "context overflow")
         return completion
 
     async def score(

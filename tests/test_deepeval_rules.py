@@ -9,7 +9,6 @@ import json
 import math
 import re
 import shutil
-import tomllib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,11 +31,12 @@ from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
+from appliance.scenarios.deepeval.family import DeepEvalData
 from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.render import print_deepeval_report
 from appliance.scenarios.deepeval.report import build_deepeval_report
-from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.settings import PAPER_PAIRS, DeepEvalSettings
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
 from appliance.scheduler import Scheduler
 from appliance.store import Store
@@ -151,13 +151,49 @@ def test_code_extraction_and_the_reviewers_done_word() -> None:
     assert not review_is_done("Not done yet: handle empty lists.", "DONE")
 
 
-def test_the_shipped_data_is_what_the_issue_asks_for() -> None:
+def test_the_public_goods_game_is_played_at_the_papers_alpha() -> None:
+    """DeepEval section 3.7.1: 100 invested in total at alpha = 1.2 becomes 120, split among 4 players
+    (its example says "two of three" and then divides by 4): 30 each, non-investors included."""
     settings = DeepEvalSettings.load(DATA / "deepeval.toml")
     goods = settings.public_goods
-    assert (goods.rounds, goods.endowment) == (5, 10) and goods.seats >= 2
-    passages = tomllib.loads((DATA / "passages.toml").read_text(encoding="utf-8"))["passage"]
-    pairs = {(p["source"], p["target"]) for p in passages}
-    assert len(pairs) >= 3 and ("English", "Chinese") in pairs  # the paper's EN-ZH among them
+    assert (goods.alpha, goods.rounds, goods.endowment, goods.seats) == (1.2, 5, 10, 4)
+    example = settle_round([50, 50, 0, 0], endowment=100, alpha=goods.alpha)
+    assert example.income == pytest.approx(30.0)
+    assert example.gains == pytest.approx([80.0, 80.0, 130.0, 130.0])  # kept + 30 each
+    # four seats giving everything for five rounds own 60 coins each (80 at the 1.6 used before)
+    assert sum(settle_round([10] * 4, goods.endowment, goods.alpha).gains[0] for _ in range(5)) == pytest.approx(60)
+    assert "more coins than any other player" in goods.system  # the paper's goal: the most coins of all
+
+
+def deepeval_plan(seed: int, limit: int) -> list[str]:
+    """The translation pairs a default run plays: repetitions 0..limit-1 of the seeded plan."""
+    plan = DeepEvalData(DATA, REPO / "judges", seed)
+    return [plan.passages[plan.instance("translation", r).item].pair for r in range(limit)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 12345])
+def test_every_paper_pair_is_translated_within_the_default_plan(seed: int) -> None:
+    """The paper's three pairs (Tables 4-6), each played in the first three repetitions and twice in
+    the default --limit 6, whatever the seed; the other shipped passages only when asked for."""
+    pairs = deepeval_plan(seed, 6)
+    assert sorted(pairs[:3]) == sorted(PAPER_PAIRS)
+    assert all(pairs.count(pair) == 2 for pair in PAPER_PAIRS)
+    assert "English->Chinese" in pairs
+    assert set(deepeval_plan(seed, 9)) == set(PAPER_PAIRS)  # up to `max`: no other pair
+
+
+def test_more_pairs_are_played_only_when_listed_and_a_pair_without_passages_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "deepeval"
+    shutil.copytree(DATA, folder)
+    settings = folder / "deepeval.toml"
+    text = settings.read_text(encoding="utf-8")
+    settings.write_text(text.replace('"German->English"]', '"German->English", "English->Spanish"]'), encoding="utf-8")
+    plan = DeepEvalData(folder, REPO / "judges", 0)
+    played = [plan.passages[plan.instance("translation", r).item].pair for r in range(4)]
+    assert played[3] == "English->Spanish" and sorted(played[:3]) == sorted(PAPER_PAIRS)
+    settings.write_text(text.replace('"German->English"]', '"German->English", "Klingon->English"]'), encoding="utf-8")
+    with pytest.raises(ApplianceError, match=r"deepeval.toml: translation pair 'Klingon->English' has no passage"):
+        DeepEvalData(folder, REPO / "judges", 0)
 
 
 def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> ScriptedBackend:
@@ -253,8 +289,8 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     assert prompts and not [p for p in prompts if re.search(r"smollm|gemma|135m|270m", p, re.IGNORECASE)]
     assert all(json.loads(metadata)["pool"] for (metadata,) in pools)
     payoff = {(row.task, row.model, row.role): (row.payoff.mean, row.payoff.n) for row in report.symmetric}
-    assert payoff[("public_goods_mode1", "smollm2-135m", "player")] == (40.0, 2)  # gives 10 a round, gets 8
-    assert payoff[("public_goods_mode2", "gemma3-270m", "player")] == (90.0, 2)  # keeps 10, gets 8
+    assert payoff[("public_goods_mode1", "smollm2-135m", "player")] == (30.0, 2)  # gives 10 a round, gets 1.2 x 20 / 4
+    assert payoff[("public_goods_mode2", "gemma3-270m", "player")] == (80.0, 2)  # keeps 10, gets 6
     assert payoff[("idiom_chain", "smollm2-135m", "player")] == (1.0, 2)
     assert payoff[("word_chain", "gemma3-270m", "player")] == (0.0, 2)
     roles = {(row.task, row.model, row.role): row for row in report.asymmetric}
@@ -324,7 +360,10 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     shutil.copytree(DATA, folder)
     settings = (folder / "deepeval.toml").read_text(encoding="utf-8")
     settings = (
-        settings.replace("initial = 3", "initial = 2").replace("step = 2", "step = 1").replace("max = 9", "max = 4")
+        settings.replace("initial = 3", "initial = 2")
+        .replace("step = 2", "step = 1")
+        .replace("max = 9", "max = 4")
+        .replace("tolerance = 0.1", "tolerance = 0.05")
     )
     (folder / "deepeval.toml").write_text(settings, encoding="utf-8")
     catalog = load_catalog(REPO / "models.toml")
@@ -335,7 +374,8 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
         resumed = Runner(catalog, store, scripted_models).resume(summary.run_id)
         report = build_deepeval_report(store, summary.run_id, spec)
     needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
-    # self-play public goods alternates 80 (all give 10) and 50 coins: never stable, so played to max
+    # self-play public goods alternates 60 (all give 10) and 50 coins: never within 0.05 x its range of 80,
+    # so played to max
     assert needed["public_goods_mode1"] == (4, False) and needed["public_goods_mode2"] == (4, False)
     # outcomes (chain points) are judged by a Wilson interval: two identical results are not enough;
     # the judges' constant ratings of both writer-editor tasks are
@@ -344,8 +384,8 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     assert summary.episodes_total == 6 * 2 + 4 * 2 and summary.episodes_failed == 0
     assert resumed.episodes_skipped == resumed.episodes_total == summary.episodes_total
     # the report reads the rules stored with the run, not the file as it is now
-    (folder / "deepeval.toml").write_text(settings.replace("tolerance = 0.1", "tolerance = 0.5"), encoding="utf-8")
+    (folder / "deepeval.toml").write_text(settings.replace("tolerance = 0.05", "tolerance = 0.5"), encoding="utf-8")
     with Store.open(tmp_path / "db.duckdb") as store:
         later = build_deepeval_report(store, summary.run_id, spec)
-    assert later.tolerance == 0.1 and later.settings_source == "run"
+    assert later.tolerance == 0.05 and later.settings_source == "run"
     assert later.repetitions == report.repetitions

@@ -56,8 +56,8 @@ def test_each_payoff_kind_has_its_own_stability_rule() -> None:
     # the public goods range depends on how many seats the game has (4 for two models, N from three)
     coins_2 = specs["public_goods_mode1"].payoffs["player"].range
     coins_5 = task_specs(SETTINGS.public_goods, players=5)[0].payoffs["player"].range
-    assert coins_2 == pytest.approx(5 * (10 + 1.6 * 3 * 10 / 4 - 1.6 * 10 / 4))
-    assert coins_5 == pytest.approx(5 * (10 + 1.6 * 4 * 10 / 5 - 1.6 * 10 / 5))
+    assert coins_2 == pytest.approx(5 * (10 + 1.2 * 3 * 10 / 4 - 1.2 * 10 / 4))
+    assert coins_5 == pytest.approx(5 * (10 + 1.2 * 4 * 10 / 5 - 1.2 * 10 / 5))
 
 
 def test_any_dictionary_idiom_or_noun_counts_not_only_our_list() -> None:
@@ -107,9 +107,9 @@ def test_three_models_play_one_public_goods_game_a_seat_each(tmp_path: Path) -> 
     for _, metadata in games:
         assert sorted(json.loads(metadata)["seats"].values()) == sorted(players)
     payoff = {(row.task, row.model): (row.payoff.mean, row.payoff.n) for row in report.symmetric}
-    # smollm gives 10 a round in repetition 0, the others keep theirs: the pool pays 1.6 x 10 / 3 a round
-    assert payoff[("public_goods_mode1", "smollm2-135m")] == pytest.approx((5 * 16 / 3, 1))
-    assert payoff[("public_goods_mode1", "gemma3-copy")] == pytest.approx((5 * (10 + 16 / 3), 1))
+    # smollm gives 10 a round in repetition 0, the others keep theirs: the pool pays 1.2 x 10 / 3 a round
+    assert payoff[("public_goods_mode1", "smollm2-135m")] == pytest.approx((5 * 12 / 3, 1))
+    assert payoff[("public_goods_mode1", "gemma3-copy")] == pytest.approx((5 * (10 + 12 / 3), 1))
     assert report.public_goods_seating.startswith("all 3 models play one game")
     # the pairwise tasks still pair every ordered pair of distinct models
     assert sum(row.games for row in report.chain_positions if row.task == "word_chain") == 6
@@ -164,7 +164,7 @@ def test_the_headline_and_the_page_show_the_reports_payoffs(tmp_path: Path) -> N
     assert rows and all(
         shown[(f"{row.task}.{row.role}", row.model)] == (round(row.payoff.mean or -1, 9), row.payoff.n) for row in rows
     )
-    assert shown[("public_goods_mode1.player", "smollm2-135m")] == (40.0, 2)  # both orders, not one
+    assert shown[("public_goods_mode1.player", "smollm2-135m")] == (30.0, 2)  # both orders, not one
 
 
 #: the paper's Tables 1-2 (Idioms Solitaire): (early, late) -> (win early, win late, hits early, hits late)

@@ -184,6 +184,109 @@ def test_episode_scores_average_judges_then_turns_and_drop_only_a_refusing_judge
     assert everyone["refusal"] == 1.0 and everyone["final"] is None
 
 
+def test_the_shipped_situations_have_the_papers_lengths() -> None:
+    """The authors' settings: per language, seven situations of 4 turns and one of 8."""
+    family = PingPongFamily.load(REPO / "scenarios" / "pingpong", REPO / "judges")
+    for language in ("en", "de"):
+        turns = sorted(s.turns for s in family.situations if s.language == language)
+        assert turns == [4] * 7 + [8], language
+
+
+def _only(folder: Path, file: str, table: str, keep: str) -> None:
+    """Leave one `[[table]]` entry (by id) in a copied data file."""
+    head, *entries = (folder / file).read_text(encoding="utf-8").split(f"[[{table}]]")
+    (folder / file).write_text(head + "".join(f"[[{table}]]{e}" for e in entries if f'id = "{keep}"' in e))
+
+
+def test_a_conversation_that_outgrows_the_context_ends_and_is_judged_on_the_turns_that_fit(tmp_path: Path) -> None:
+    """An 8-turn situation can outgrow a small model's context: the episode keeps the turns that fitted,
+    says where it ended, and the report counts it; a conversation whose first turn does not fit fails."""
+    folder = tmp_path / "pingpong"
+    shutil.copytree(REPO / "scenarios" / "pingpong", folder)
+    (folder / "judging.toml").write_text('mode = "turn"\n')
+    _only(folder, "situations.toml", "situation", "en-story")
+    _only(folder, "cards.toml", "card", "en-lighthouse-keeper")
+
+    def factory(context: int) -> Callable[..., ScriptedBackend]:
+        def open_backend(catalog: object, spec: object, *, parallel: int) -> ScriptedBackend:
+            def respond(request: GenerationRequest) -> str:
+                return _responder(request) if request.grammar or role_of(request) != "player" else "y" * 3000
+
+            name = spec.name  # type: ignore[attr-defined]
+            return ScriptedBackend(name, respond, context_chars=context if name == "smollm2-135m" else None)
+
+        return open_backend
+
+    catalog = load_catalog(REPO / "models.toml")
+    config = RunConfig(
+        scenarios=[f"pingpong:{folder}"],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="default", judges=["gemma3-270m"]),
+        seed=5,
+        limit=1,
+        models_file=str(catalog.source),
+    )  # fmt: skip  (the judge's context is unbounded: only the conversation outgrows one)
+    with Store.open(tmp_path / "db.duckdb") as store:
+        family = PingPongFamily.load(folder, REPO / "judges")
+        summary = Runner(catalog, store, backend_factory=factory(16_000)).execute(config, [family])
+        assert (summary.episodes_finished, summary.episodes_failed) == (1, 0)
+        ((metadata,),) = store.query("SELECT metadata FROM episodes")
+        ended = json.loads(metadata)["ended_early"]
+        played = int(re.match(r"after turn (\d) of 8: prompt of \d+ tokens does not fit", ended)[1])  # type: ignore[index]
+        assert 1 <= played < 8
+        speakers = [speaker for (speaker,) in store.query("SELECT speaker FROM messages ORDER BY idx")]
+        assert speakers.count("player") == speakers.count("interrogator") == played
+        assert speakers[-1] == "gm"  # the note saying why the conversation ended
+        board = build_leaderboard(store, summary.run_id, family.name)
+        assert board.rows[0].ended_early == 1 and board.rows[0].final is not None
+        console = Console(record=True, width=200)
+        print_leaderboard(console, board)
+        shown = console.export_text()
+        assert "Ended early" in shown and "smollm2-135m 1." in shown
+        tiny = Runner(catalog, store, backend_factory=factory(100)).execute(config, [family])
+        assert tiny.episodes_failed == 1  # not even one turn fits: a failure, not a conversation
+
+
+@pytest.mark.real_model
+def test_on_smollm2_an_eight_turn_conversation_ends_where_its_context_is_full(tmp_path: Path) -> None:
+    """The real CLI and model, with SmolLM2's context cut to 640 tokens so that the 8-turn situation
+    outgrows it within a few turns (at 2,048 tokens half of its 8-turn conversations did)."""
+    from tests.test_cli import cli
+
+    folder = tmp_path / "pingpong"
+    shutil.copytree(REPO / "scenarios" / "pingpong", folder)
+    _only(folder, "situations.toml", "situation", "en-story")
+    _only(folder, "cards.toml", "card", "en-lighthouse-keeper")
+    models = tmp_path / "models.toml"
+    models.write_text((REPO / "models.toml").read_text().replace("context_length = 2048", "context_length = 640", 1))
+    db = tmp_path / "pp.duckdb"
+    result = cli(
+        "run",
+        "--scenario",
+        f"pingpong:{folder}",
+        "--players",
+        "smollm2-135m",
+        "--interrogator",
+        "smollm2-135m",
+        "--panel",
+        "smollm2",
+        "--models",
+        str(models),
+        "--db",
+        str(db),
+        "--seed",
+        "3",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    with Store.open(db, read_only=True) as store:
+        ((status, metadata),) = store.query("SELECT status, metadata FROM episodes")
+        played = store.query("SELECT count(*) FROM messages WHERE speaker = 'player'")[0][0]
+    ended = json.loads(metadata)["ended_early"]
+    assert status == "finished" and ended.startswith(f"after turn {played} of 8") and 1 <= played < 8, ended
+    assert "Ended early" in result.stdout
+
+
 def test_interrogator_message_cleaning() -> None:
     assert clean_interrogator_message('  "Hello there"  ') == "Hello there"
     assert clean_interrogator_message("User: what now?") == "what now?"

@@ -11,7 +11,10 @@ SimulBench's own pairwise template (its comparison verdicts), and DeepEval's ref
 one verdict, which is both roles' payoff (its judgments and scores), and SimulateBench's answer format
 moved from each question into the system prompt (its questions' text and prompt lengths), and the
 code sandbox's isolation record in DeepEval's code-review metadata (host uid, pid 1, cgroup; the text
-replaced in place, no figure moved). The SmolLM2 run is stored per platform (`tests/golden_runs.py`)."""
+replaced in place, no figure moved), and the papers' own settings by default (issue 77: DeepEval's
+public goods at alpha 1.2 with the paper's goal and its three translation pairs in a stratified order,
+so DeepEval's run; SimulBench's judge prompts gained the paper's empty-reply and praise clauses, so its
+verdicts and scores). The SmolLM2 run is stored per platform (`tests/golden_runs.py`)."""
 
 from __future__ import annotations
 

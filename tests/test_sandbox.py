@@ -500,6 +500,22 @@ def test_honest_code_is_scored_by_the_values_it_returns() -> None:
     assert run_tests(values, [expected], LIMITS).passed == 1
 
 
+def test_a_raises_case_needs_the_real_exception_not_one_named_like_it() -> None:
+    """`raises = "ValueError"` passes for the built-in and its subclasses only; the candidate's own
+    class called ValueError (even one claiming the builtins module) is reported under its module."""
+    cases = [TestCase(call="check(0)", raises="ValueError")]
+    real = "class Empty(ValueError):\n    pass\ndef check(n):\n    raise Empty('n is 0')"
+    assert run_tests(real, cases, LIMITS).passed == 1
+    for impostor in (
+        "class ValueError(Exception):\n    pass\ndef check(n):\n    raise ValueError('n is 0')",
+        "class ValueError(Exception):\n    __module__ = 'builtins'\ndef check(n):\n    raise ValueError('n')",
+    ):
+        run = run_tests(impostor, cases, LIMITS)
+        assert run.passed == 0 and "should raise ValueError" in run.detail, run.detail
+    own = [TestCase(call="check(0)", raises="candidate.ValueError")]
+    assert run_tests(impostor.replace("'builtins'", "'candidate'"), own, LIMITS).passed == 1
+
+
 def test_unsafe_execution_has_no_kernel_layer_and_says_so() -> None:
     run = run_tests("def add(a, b):\n    return a + b\n", ADD, LIMITS, "unsafe")
     assert run.passed == 2 and run.isolation["kernel"].startswith("none: --unsafe-code-execution")

@@ -26,6 +26,8 @@ def test_simulatebench_run_reports_ca_and_rcov(tmp_path: Path) -> None:
     (row,) = report["rows"]
     assert row["model"] == "smollm2-135m" and row["profiles"] == 2 and row["not_fitting"] == 0
     assert 0.0 <= row["ca"] <= 1.0 and row["characters"] == 1 and row["ca_ci"] is None  # one character
+    # SmolLM2 reads the profile (660-830 tokens) and its prompt before the shortest question
+    assert row["questions_per_character"] == 13 and 700 < row["profile_tokens"] < 1100
     assert set(row["ca_by_part"]) == {"immutable", "social_role", "relationship"}
     ((field, value),) = row["rcov_by_field"].items()
     assert value is not None and value >= 0.0
@@ -44,6 +46,7 @@ def test_simulatebench_run_reports_ca_and_rcov(tmp_path: Path) -> None:
     assert cached > 0, "the profile is prefilled once per episode and forked for every question"
     text = cli("report", "--db", db)
     assert text.returncode == 0 and "RCoV" in text.stdout and "not fitting" in text.stdout
+    assert "the paper's characters: about 3,277 tokens" in text.stdout
 
 
 @pytest.mark.real_model

@@ -23,6 +23,7 @@ from appliance.scenarios.simulatebench.importer import import_simulatebench, par
 from appliance.scenarios.simulatebench.metrics import authors_answer_matches, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.perturb import CANDIDATES, all_text, perturb, variants
 from appliance.scenarios.simulatebench.profile import NOT_ENOUGH_INFORMATION, Profile, load_profiles
+from appliance.scenarios.simulatebench.render import size_line
 from appliance.scenarios.simulatebench.report import build_consistency_report
 from appliance.store import Store
 
@@ -226,6 +227,10 @@ def test_scripted_run_scores_ca_and_rcov(tmp_path: Path) -> None:
     assert row.unparsed_answers > 0 and row.not_fitting == 0
     assert row.rcov_by_field and all(value == pytest.approx(0.0) for value in row.rcov_by_field.values())
     assert {"character", "variant", "field"} <= set(stored)
+    # the run's size beside the paper's: 13 questions per shipped profile, RCoV over base + 1 variant
+    assert (row.questions_per_character, row.rcov_values) == (13, 2)
+    assert row.profile_tokens is not None and row.profile_tokens > 1000  # the mock counts characters
+    assert "13 questions per character, RCoV over 2 values; the paper's characters" in size_line(row)
 
 
 def test_option_order_is_shuffled_once_per_character(profiles: list[Profile]) -> None:

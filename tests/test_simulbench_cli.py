@@ -34,8 +34,7 @@ def short_settings() -> str:
     for key, value in [
         ("dialogues_per_task", 1),
         ("max_turns", 2),
-        ("user_agent_max_tokens", 86),
-        ("request_max_chars", 24),
+        ("user_agent_max_tokens", 40),
         ("simulator_max_tokens", 24),
         ("target_max_tokens", 24),
     ]:

@@ -74,16 +74,25 @@ def test_strategy_reply_parses_and_rejects_what_it_must() -> None:
     ]:
         with pytest.raises(StrategyError, match=reason):
             parse_strategy_reply(bad)
-    grammar = strategy_grammar(50)
-    assert "char{1,50}" in grammar and all(f'"{name}"' in grammar for name in STRATEGIES)
+    grammar = strategy_grammar()
+    assert "char+" in grammar and all(f'"{name}"' in grammar for name in STRATEGIES)
 
 
-def test_a_token_cap_that_cannot_hold_the_longest_request_is_refused(tmp_path: Path) -> None:
-    text = (DATA / "prompts.toml").read_text().replace("user_agent_max_tokens = 840", "user_agent_max_tokens = 200")
-    path = tmp_path / "prompts.toml"
-    path.write_text(text)
-    with pytest.raises(ApplianceError, match=r"prompts.toml: field 'user_agent_max_tokens' is 200, .* can take 838"):
-        SimulBenchSettings.load(path)
+def test_a_reply_cut_by_the_token_cap_keeps_the_request_written_so_far() -> None:
+    """The paper caps a user agent utterance at 300 tokens: a cut utterance is still sent, as far as it got."""
+    cut = parse_strategy_reply('{"strategy": "harder", "request": "find / -name \\"*.log', cut=True)
+    assert (cut.strategy, cut.request) == ("harder", 'find / -name "*.log')
+    half_escape = parse_strategy_reply('{"strategy": "flaw", "request": "line one\\nline two\\', cut=True)
+    assert half_escape.request == "line one\nline two"
+    for bad in ['{"strategy": "harder", "request": "ls', '{"strategy": "har']:
+        with pytest.raises(StrategyError, match="not JSON"):
+            parse_strategy_reply(bad, cut=bad.endswith("har"))  # not cut, or cut before the request
+    with pytest.raises(StrategyError, match="'request'"):
+        parse_strategy_reply('{"strategy": "flaw", "request": "  ', cut=True)
+
+
+def test_the_user_agent_is_capped_at_the_papers_300_tokens() -> None:
+    assert SimulBenchSettings.load(DATA / "prompts.toml").user_agent_max_tokens == 300
 
 
 def run_collect(agent_replies: list[str], max_turns: int = 4) -> tuple[list[DialogueTurn], int, EpisodeContext]:

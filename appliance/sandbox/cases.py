@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, model_validator
 class TestCase(BaseModel):
     """`call` must give the Python literal `expect`, or raise the exception named by `raises`.
 
+    `raises` names a built-in exception ("ValueError": the real one or a subclass of it), or another
+    class by `module.qualname` ("candidate.EmptyError" for one the candidate defines): a class the
+    candidate merely names like a built-in does not count as it.
+
     True, False and None are compared by identity (`is`), anything else with `==`, as the
     assertions these cases replace did.
     """

@@ -12,6 +12,7 @@ process writes, it can only claim values, never a verdict.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import resource
@@ -23,6 +24,12 @@ from typing import Any
 #: a value's encoding stops at this depth and at this many elements (a huge result is no result)
 MAX_DEPTH = 64
 MAX_ITEMS = 100_000
+
+#: the real built-in exception classes, taken before any untrusted code runs: a class the candidate
+#: defines (or renames) to look like one is reported under its own module, never as the built-in
+BUILTIN_EXCEPTIONS = {
+    name: kind for name, kind in vars(builtins).items() if isinstance(kind, type) and issubclass(kind, BaseException)
+}
 
 BLOCKED_EVENTS = frozenset(
     (
@@ -154,13 +161,21 @@ def plain(value: object, depth: int = 0, budget: list[int] | None = None) -> obj
     return {"object": type(value).__name__}
 
 
+def exception_name(kind: type) -> str:
+    """A built-in exception by its plain name; any other class as `module.qualname`."""
+    name = str(type.__dict__["__name__"].__get__(kind))
+    if BUILTIN_EXCEPTIONS.get(name) is kind:
+        return name
+    return f"{type.__dict__['__module__'].__get__(kind)}.{type.__dict__['__qualname__'].__get__(kind)}"
+
+
 def outcome(call: str, namespace: dict[str, Any], test_s: float) -> dict[str, Any]:
     signal.setitimer(signal.ITIMER_REAL, test_s)
     try:
         return {"value": plain(eval(compile(call, "test", "eval"), dict(namespace)))}
     except BaseException as error:  # untrusted code may raise anything, SystemExit included
         try:
-            names = [str(kind.__name__) for kind in type(error).__mro__]
+            names = [exception_name(kind) for kind in type(error).__mro__]
             message = f"{names[0]}: {error}"[:300]
         except BaseException:
             names, message = ["BaseException"], "an exception that cannot be described"

@@ -66,6 +66,8 @@ class StoredMessage:
     speaker: str
     text: str
     finish_reason: str
+    #: what the model read to write it (0 for a message no model wrote)
+    prompt_tokens: int = 0
 
 
 class RunView:
@@ -170,7 +172,8 @@ class RunView:
     ) -> list[StoredMessage]:
         """Messages of the family's episodes in episode and turn order."""
         rows = self._store.query(
-            "SELECT m.episode_id, e.instance_id, e.player, m.idx, m.speaker, m.text, m.finish_reason "
+            "SELECT m.episode_id, e.instance_id, e.player, m.idx, m.speaker, m.text, m.finish_reason, "
+            "coalesce(m.prompt_tokens, 0) "
             "FROM messages m JOIN episodes e USING (episode_id) "
             "WHERE e.run_id = ? AND e.scenario = ? AND starts_with(e.instance_id, ?) "
             + ("AND m.speaker = ? " if speaker is not None else "")
@@ -179,5 +182,6 @@ class RunView:
             [self.run_id, self.scenario, instance_prefix, *([speaker] if speaker is not None else [])],
         )
         return [
-            StoredMessage(str(e), str(i), str(p), int(idx), str(s), str(t), str(f)) for e, i, p, idx, s, t, f in rows
+            StoredMessage(str(e), str(i), str(p), int(idx), str(s), str(t), str(f), int(n))
+            for e, i, p, idx, s, t, f, n in rows
         ]

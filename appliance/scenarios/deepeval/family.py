@@ -25,7 +25,13 @@ from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples,
 from appliance.scenarios.deepeval.public_goods import play_public_goods
 from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSettings
 from appliance.scenarios.deepeval.tasks import TASKS, TaskSpec, task_specs
-from appliance.scenarios.deepeval.translation import Passage, judge_translation, load_passages, play_translation
+from appliance.scenarios.deepeval.translation import (
+    Passage,
+    judge_translation,
+    load_passages,
+    play_translation,
+    translation_order,
+)
 from appliance.scenarios.deepeval.word_chain import play_word_chain, read_word_list
 from appliance.store.run_view import RunView
 
@@ -51,7 +57,8 @@ class DeepEvalData:
         self.idioms = read_word_list(folder / "idioms.txt", "idiom", idiom_dictionary())
         self.words = read_word_list(folder / "words.txt", "english", noun_dictionary())
         self.problems = {p.id: p for p in load_problems(folder / "code_problems.toml")}
-        self.passages = {p.id: p for p in load_passages(folder / "passages.toml")}
+        passages = load_passages(folder / "passages.toml")
+        self.passages = {p.id: p for p in passages}
         self.template = load_roles_template(judges_folder / f"{JUDGE_TEMPLATE}.toml")
         names = ["deepeval.toml", "idioms.txt", "words.txt", "code_problems.toml", "passages.toml"]
         self.files = [*(folder / name for name in names), judges_folder / f"{JUDGE_TEMPLATE}.toml"]
@@ -62,7 +69,7 @@ class DeepEvalData:
             "idiom_chain": rng.sample(self.idioms.openings(), len(self.idioms.openings())),
             "word_chain": rng.sample(self.words.openings(), len(self.words.openings())),
             "code_review": rng.sample(sorted(self.problems), len(self.problems)),
-            "translation": rng.sample(sorted(self.passages), len(self.passages)),
+            "translation": translation_order(passages, self.settings.translation.pairs, rng, folder / SETTINGS_FILE),
         }
 
     def specs_for(self, players: int) -> list[TaskSpec]:

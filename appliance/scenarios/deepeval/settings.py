@@ -48,7 +48,7 @@ class PublicGoods(_Section):
     seats: int = Field(default=4, ge=2)
     rounds: int = Field(default=5, ge=1)
     endowment: int = Field(default=10, ge=1)
-    alpha: float = Field(default=1.6, gt=0.0)
+    alpha: float = Field(default=1.2, gt=0.0)
     max_tokens: int = Field(default=96, ge=16)
     reason_max_chars: int = Field(default=160, ge=1)
     system: str
@@ -88,7 +88,12 @@ class CodeReview(_Section):
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
 
 
+PAPER_PAIRS = ("English->Chinese", "English->French", "German->English")
+
+
 class Translation(_Section):
+    #: the language pairs played, as `source->target`, in the order repetitions cycle through them
+    pairs: list[str] = Field(default_factory=lambda: list(PAPER_PAIRS), min_length=1)
     max_tokens: int = Field(default=192, ge=16)
     translator_system: str
     translate: str

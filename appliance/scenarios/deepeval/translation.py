@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from itertools import zip_longest
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from appliance.engine.types import Sampling
 from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError
 from appliance.judging.templates import RolesTemplate
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
@@ -31,6 +34,25 @@ class Passage(BaseModel):
 
 def load_passages(path: Path) -> list[Passage]:
     return read_entries(path, "passage", Passage, "translation passages")
+
+
+def translation_order(passages: list[Passage], pairs: list[str], rng: random.Random, source: Path) -> list[str]:
+    """Passage ids in the order repetitions play them: stratified by pair, so repetition r plays
+    pair r mod len(pairs) and every pair is played within the first len(pairs) repetitions (a plain
+    shuffle of all passages left some pairs out of a short run). Within a pair the order is seeded."""
+    by_pair: dict[str, list[str]] = {pair: [] for pair in pairs}
+    for passage in sorted(passages, key=lambda p: p.id):
+        if passage.pair in by_pair:
+            by_pair[passage.pair].append(passage.id)
+    for pair, ids in by_pair.items():
+        if not ids:
+            known = sorted({p.pair for p in passages})
+            raise ApplianceError(
+                f"{source}: translation pair '{pair}' has no passage (passages cover: {', '.join(known)})"
+            )
+        rng.shuffle(ids)
+    rounds = zip_longest(*by_pair.values())
+    return [passage_id for round_ in rounds for passage_id in round_ if passage_id is not None]
 
 
 async def play_translation(ctx: EpisodeContext, settings: DeepEvalSettings, passage: Passage) -> None:

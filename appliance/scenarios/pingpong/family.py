@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from appliance.client import ContextFull
 from appliance.engine.types import Message, Sampling
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
@@ -231,17 +232,32 @@ class PingPongFamily(JudgedFamily):
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, PingPongInstance)
         player_view, interrogator_view = self.conversation_views(instance)
-        for _ in range(ctx.max_turns or instance.situation.turns):
-            question = await ctx.generate(
-                "interrogator", interrogator_view, sampling=INTERROGATOR_SAMPLING, record=False
-            )
-            question_text = clean_interrogator_message(question.text)
+        turns = ctx.max_turns or instance.situation.turns
+        for turn in range(turns):
+            try:
+                question = await ctx.generate(
+                    "interrogator", interrogator_view, sampling=INTERROGATOR_SAMPLING, record=False
+                )
+                question_text = clean_interrogator_message(question.text)
+                answer = await ctx.generate(
+                    "player",
+                    [*player_view, Message(role="user", content=question_text)],
+                    sampling=PLAYER_SAMPLING,
+                    record=False,
+                )
+            except ContextFull as error:
+                if turn == 0:
+                    raise
+                # The paper's 8-turn situation outgrows a small model's context: judge the turns that fit.
+                ctx.metadata["ended_early"] = f"after turn {turn} of {turns}: {error}"
+                ctx.record_note("gm", f"conversation ended after turn {turn} of {turns}: the context is full")
+                break
             # The transcript keeps what the player was shown.
             ctx.record_message(
                 "interrogator", ctx.model_for("interrogator"), question.model_copy(update={"text": question_text})
             )
             asked(player_view, interrogator_view, question_text)
-            answer = await ctx.generate("player", player_view, sampling=PLAYER_SAMPLING)
+            ctx.record_message("player", ctx.model_for("player"), answer)
             answered(player_view, interrogator_view, answer.text)
         await self.judge(ctx, instance, judges, panel)
 

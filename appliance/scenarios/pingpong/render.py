@@ -58,6 +58,13 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             *(_number(getattr(row, f"calibrated_{metric}")) for metric in board.criterion_calibrations),
         )
     console.print(table)
+    ended = {row.model: row.ended_early for row in board.rows if row.ended_early}
+    if ended:
+        console.print(
+            "Ended early (a prompt outgrew a model's context; the turns played are judged): "
+            + ", ".join(f"{model} {count}" for model, count in ended.items())
+            + "."
+        )
     if board.judging.startswith("likelihood"):
         _print_likelihood_notes(console, board)
         return

@@ -57,6 +57,8 @@ class PingPongRow(BaseModel):
     #: player replies cut by the token cap (finish reason "length"); interrogator messages likewise
     cut_replies: int = 0
     cut_interrogator_messages: int = 0
+    #: conversations that ended before their situation's turns because a prompt outgrew a context
+    ended_early: int = 0
     #: the final score mapped to the human scale of the calibration (see PingPongLeaderboard.calibration)
     calibrated_final: float | None = None
     calibrated_final_ci: tuple[float, float] | None = None
@@ -217,6 +219,7 @@ def _row(
         model=player,
         episodes=len(own_episodes),
         failed_episodes=sum(1 for e in own_episodes if not e.finished),
+        ended_early=sum(1 for e in own_episodes if e.finished and "ended_early" in e.metadata),
         judged_episodes=len(judged),
         in_character=criterion_means["in_character"],
         entertaining=criterion_means["entertaining"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from appliance.scenarios.simulatebench.report import ConsistencyReport
+from appliance.scenarios.simulatebench.report import ConsistencyReport, ConsistencyRow
 from appliance.terminal import interval as _interval
 from appliance.terminal import number as _number
 
@@ -35,6 +35,8 @@ def print_consistency(console: Console, report: ConsistencyReport) -> None:
             str(row.unparsed_answers),
         )
     console.print(table)
+    for row in report.rows:
+        console.print(size_line(row))
     console.print(
         f"CA as SimulateBench computes it: per question type, 0.9 x accuracy on answerable + 0.1 x accuracy on "
         f"'not enough information' questions, weighted by the type's share of questions; per character on its "
@@ -42,4 +44,15 @@ def print_consistency(console: Console, report: ConsistencyReport) -> None:
         f"Answers judged by: {report.answer_test}. RCoV % = std (ddof 1) / mean x 100 of CA over a character's "
         f"base profile and the variants of one field. Profiles longer than a model's context are counted as "
         f"not fitting, never truncated."
+    )
+
+
+def size_line(row: ConsistencyRow) -> str:
+    """The run's size beside the paper's: long profiles lower CA there, and RCoV over few values is noisy."""
+    questions = "?" if row.questions_per_character is None else f"{row.questions_per_character:.0f}"
+    tokens = "" if row.profile_tokens is None else f"profiles of about {row.profile_tokens:,} tokens, "
+    values = "" if row.rcov_values is None else f", RCoV over {row.rcov_values} values"
+    return (
+        f"Size for {row.model}: {tokens}{questions} questions per character{values}; "
+        "the paper's characters: about 3,277 tokens and 150 questions, RCoV over 6-21 values."
     )

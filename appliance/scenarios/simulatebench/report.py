@@ -10,8 +10,8 @@ Profiles that did not fit a model's context are counted, not scored.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from statistics import fmean
+from collections import Counter, defaultdict
+from statistics import fmean, median
 
 from pydantic import BaseModel
 
@@ -49,6 +49,12 @@ class ConsistencyRow(BaseModel):
     #: RCoV (%) per perturbed field, averaged over characters
     rcov_by_field: dict[str, float | None]
     variants: list[VariantResult]
+    #: the run's size beside the paper's (about 3,277-token profiles, about 150 questions, RCoV over 6-21
+    #: values): mean questions per base profile, median tokens the player read for its shortest question
+    #: (profile + prompt; None for imported answers), and the most CA values one field's RCoV is over
+    questions_per_character: float | None = None
+    profile_tokens: int | None = None
+    rcov_values: int | None = None
 
 
 class ConsistencyReport(BaseModel):
@@ -71,7 +77,11 @@ def build_consistency_report(store: Store, run_id: str, scenario: str, panel: st
         by_episode[verdict.episode_id].append((part, kind == "answerable", bool(verdict.score), verdict.parsed))
     players = sorted({episode.player for episode in episodes})
     answer_tests = sorted({str(e.metadata.get("answer_test", OPTION_PARSER)) for e in episodes})
-    rows = [_row(player, episodes, by_episode, seed) for seed, player in enumerate(players)]
+    read: dict[str, int] = {}
+    for message in run.messages(speaker="player"):
+        if message.prompt_tokens:
+            read[message.episode_id] = min(read.get(message.episode_id, message.prompt_tokens), message.prompt_tokens)
+    rows = [_row(player, episodes, by_episode, seed, read) for seed, player in enumerate(players)]
     return ConsistencyReport(
         run_id=run_id, scenario=scenario, status=run.status, answer_test=", ".join(answer_tests), rows=rows
     )
@@ -82,12 +92,14 @@ def _row(
     episodes: list[StoredEpisode],
     by_episode: dict[str, list[tuple[str, bool, bool, bool]]],
     seed: int,
+    read: dict[str, int],
 ) -> ConsistencyRow:
     own = [e for e in episodes if e.player == player]
     not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
     failed = sum(1 for e in own if not e.finished) - not_fitting
     variants: list[VariantResult] = []
     base_results: dict[str, list[QuestionResult]] = {}
+    base_tokens: list[int] = []
     unparsed = 0
     for episode in own:
         if not episode.finished:
@@ -108,6 +120,8 @@ def _row(
         )
         if variant == "base":
             base_results[character] = questions
+            base_tokens += [read[episode.episode_id]] if episode.episode_id in read else []
+    fields = sorted({v.field for v in variants} - {"base"})
     per_character = [ca for results in base_results.values() if (ca := consistency_accuracy(results)) is not None]
     by_part: dict[str, float | None] = {}
     for part in PARTS:
@@ -127,8 +141,14 @@ def _row(
         ca_ci=bootstrap_interval(per_character, seed=seed) if len(per_character) > 1 else None,
         ca_by_part=by_part,
         unparsed_answers=unparsed,
-        rcov_by_field={f: field_rcov(variants, f) for f in sorted({v.field for v in variants} - {"base"})},
+        rcov_by_field={f: field_rcov(variants, f) for f in fields},
         variants=variants,
+        questions_per_character=fmean(len(q) for q in base_results.values()) if base_results else None,
+        profile_tokens=int(median(base_tokens)) if base_tokens else None,
+        rcov_values=max(
+            (Counter(v.character for v in variants if v.field in (f, "base")).most_common(1)[0][1] for f in fields),
+            default=None,
+        ),
     )
 
 

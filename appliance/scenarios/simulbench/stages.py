@@ -196,12 +196,12 @@ async def next_request(
 ) -> tuple[StrategyReply | None, int]:
     """The user agent's strategy and request; each rejected reply is noted in the transcript."""
     sampling = Sampling(temperature=settings.user_agent_temperature, max_tokens=settings.user_agent_max_tokens)
-    grammar = strategy_grammar(settings.request_max_chars)
+    grammar = strategy_grammar()
     messages = user_agent_messages(settings, task, turns)
     for attempt in range(AGENT_ATTEMPTS):
         completion = await ctx.generate("user_agent", messages, sampling=sampling, grammar=grammar)
         try:
-            return parse_strategy_reply(completion.text), attempt
+            return parse_strategy_reply(completion.text, cut=completion.finish_reason == "length"), attempt
         except StrategyError as error:
             ctx.record_note("gm", f"user agent reply rejected ({error})")
     return None, AGENT_ATTEMPTS

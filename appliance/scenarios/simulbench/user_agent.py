@@ -1,13 +1,15 @@
 """The user agent: each turn it picks a strategy and writes the next request, as grammar-constrained JSON.
 
-The grammar caps the request's length so the JSON closes before the token
-limit; the parser still checks everything, and a reply that does not parse
-is retried once with a fresh seed before the dialogue ends early.
+Its whole reply is capped at the paper's 300 tokens. A reply the cap cuts
+inside the request keeps the request written so far, as the paper's cap cuts
+an utterance; the parser still checks everything else, and a reply that does
+not parse is retried once with a fresh seed before the dialogue ends early.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +40,8 @@ class SimulBenchSettings(BaseModel):
     dialogues_per_task: int = Field(default=3, ge=1)
     max_turns: int = Field(default=4, ge=1)
     user_agent_temperature: float = Field(default=1.2, ge=0.0)
-    #: must hold the longest JSON the grammar allows (see `check_agent_budget`)
-    user_agent_max_tokens: int = Field(default=840, ge=16)
-    request_max_chars: int = Field(default=400, ge=8)
+    #: the paper's cap on a user agent utterance; here it bounds the whole JSON reply
+    user_agent_max_tokens: int = Field(default=300, ge=16)
     simulator_temperature: float = Field(default=0.0, ge=0.0)
     simulator_max_tokens: int = Field(default=1024, ge=8)
     #: the models under test answer a script's last request with at most this many tokens
@@ -57,13 +58,6 @@ class SimulBenchSettings(BaseModel):
             raise ApplianceError(describe_validation_error(path, error)) from None
         if sorted(settings.strategies) != sorted(STRATEGIES):
             raise ApplianceError(f"{path}: field 'strategies' must describe exactly {', '.join(STRATEGIES)}")
-        needed = longest_agent_reply_tokens(settings.request_max_chars)
-        if settings.user_agent_max_tokens < needed:
-            raise ApplianceError(
-                f"{path}: field 'user_agent_max_tokens' is {settings.user_agent_max_tokens}, but a request of "
-                f"request_max_chars = {settings.request_max_chars} can take {needed} tokens; "
-                "raise it or shorten the request"
-            )
         return settings
 
 
@@ -77,11 +71,18 @@ class StrategyError(ValueError):
     """The user agent's reply is not a JSON object with a known strategy and a non-empty request."""
 
 
-def parse_strategy_reply(text: str) -> StrategyReply:
+_CUT_REQUEST = re.compile(r'\s*\{"strategy": "(?P<strategy>[a-z]+)", "request": "(?P<request>.*)\Z', re.DOTALL)
+
+
+def parse_strategy_reply(text: str, cut: bool = False) -> StrategyReply:
+    """`cut`: the token cap ended the reply; if it ended inside the request, the request so far stands."""
     try:
         data = json.loads(text.strip())
     except json.JSONDecodeError as error:
-        raise StrategyError(f"not JSON ({error.msg})") from None
+        partial = _CUT_REQUEST.match(text) if cut else None
+        if partial is None:
+            raise StrategyError(f"not JSON ({error.msg})") from None
+        data = {"strategy": partial["strategy"], "request": _close_json_string(partial["request"])}
     if not isinstance(data, dict):
         raise StrategyError("not a JSON object")
     strategy = data.get("strategy")
@@ -93,23 +94,23 @@ def parse_strategy_reply(text: str) -> StrategyReply:
     return StrategyReply(strategy=str(strategy), request=request.strip())
 
 
-def longest_agent_reply_tokens(max_chars: int) -> int:
-    """Tokens the longest ASCII reply the grammar allows can take: one per character at worst, two for an escape.
+def _close_json_string(body: str) -> str:
+    """The text of a JSON string cut before its closing quote (the grammar allows only simple escapes)."""
+    trailing = len(body) - len(body.rstrip("\\"))
+    if trailing % 2:
+        body = body[:-1]  # a cut escape
+    try:
+        return str(json.loads(f'"{body}"'))
+    except json.JSONDecodeError:
+        raise StrategyError("not JSON (cut inside the request)") from None
 
-    A token cap below this could cut the JSON before the grammar closes it, which
-    happened with a tiny model writing random letters; non-ASCII characters can
-    still take more tokens, and such a cut reply is retried like any other.
-    """
-    overhead = len('{"strategy": "", "request": ""}') + max(len(name) for name in STRATEGIES)
-    return overhead + 2 * max_chars
 
-
-def strategy_grammar(max_chars: int) -> str:
-    """`{"strategy": "<name>", "request": "<1..max_chars JSON string characters>"}`."""
+def strategy_grammar() -> str:
+    """`{"strategy": "<name>", "request": "<JSON string characters>"}`: its length is left to the token cap."""
     names = " | ".join(f'"{name}"' for name in STRATEGIES)
     return "\n".join(
         [
-            f'root ::= "{{\\"strategy\\": \\"" strategy "\\", \\"request\\": \\"" char{{1,{max_chars}}} "\\"}}"',
+            'root ::= "{\\"strategy\\": \\"" strategy "\\", \\"request\\": \\"" char+ "\\"}"',
             f"strategy ::= {names}",
             'char ::= [^"\\\\\\x00-\\x1f] | "\\\\" ["\\\\/nt]',
         ]
