@@ -30,8 +30,14 @@ ChatFormat = Literal["gguf", "plain"]
 TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
 AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]
 
-#: GPU and placement options, and the backends each applies to (set for another backend, it is refused)
+#: options only some backends read, and which: set for another backend (even to its default), an option
+#: is refused in one line naming it, rather than silently ignored
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "exact_kv": ("llama_cpp",),
+    "kv_unified": ("llama_cpp",),
+    "flash_attention": ("llama_cpp",),
+    "kv_budget_mb": ("llama_cpp", "vllm"),
+    "threads": ("llama_cpp", "transformers"),
     "gpu_layers": ("llama_cpp",),
     "host_cache_mb": ("llama_cpp",),
     "device": ("transformers",),
@@ -123,14 +129,13 @@ class ModelSpec(BaseModel):
             raise ValueError(f"unknown device '{device}' (cpu, cuda, cuda:N, mps or auto)")
         return device
 
-    @field_validator(*BACKEND_OPTIONS)
-    @classmethod
-    def _option_fits_the_backend(cls, value: object, info: ValidationInfo) -> object:
-        backends = BACKEND_OPTIONS[str(info.field_name)]
-        backend = info.data.get("backend")
-        if value is not None and backend is not None and backend not in backends:
-            raise ValueError(f"applies to backend {' or '.join(backends)}, not '{backend}'")
-        return value
+    @model_validator(mode="after")
+    def _options_fit_the_backend(self) -> ModelSpec:
+        for option in sorted(self.model_fields_set & set(BACKEND_OPTIONS)):
+            backends = BACKEND_OPTIONS[option]
+            if self.backend not in backends:
+                raise ValueError(f"field '{option}' applies to backend {' or '.join(backends)}, not '{self.backend}'")
+        return self
 
     @field_validator("synthetic", mode="before")
     @classmethod

@@ -69,6 +69,19 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def overflow_error(model: str, request: GenerationRequest, prompt_tokens: int, context_length: int) -> str | None:
+    """The contract every backend keeps (`GenerationRequest.reserve_output`): a prompt that leaves no
+    room to generate, or not `max_tokens` when the request reserves them, is refused with this message
+    as `context_overflow` before anything is decoded; None when it fits."""
+    room = context_length - prompt_tokens
+    reserve = request.reserve_output and request.scoring is None
+    if room > 0 and not (reserve and room < request.sampling.max_tokens):
+        return None
+    reply = f" and {request.sampling.max_tokens} for the reply" if reserve else ""
+    fits = f"does not fit the context of {context_length} tokens of model '{model}'"
+    return f"prompt of {prompt_tokens} tokens{reply} {fits}"
+
+
 def with_adapter(
     request: GenerationRequest, backend: str, adapters: Collection[str], default: str | None
 ) -> GenerationRequest:

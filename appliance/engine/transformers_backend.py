@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, with_adapter
+from appliance.engine.backend import BackendCounters, overflow_error, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
@@ -57,6 +57,7 @@ class TransformersBackend:
         synthetic: SyntheticShape | None = None,
         chat_format: str = "gguf",
         slots: int = 16,
+        context_length: int = 4096,
         device: str | None = None,
         dtype: str | None = None,
         attn_implementation: str | None = None,
@@ -95,6 +96,9 @@ class TransformersBackend:
         self.model.eval()
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.slots = slots
+        self.context_length = context_length
+        #: requests refused on submit (a prompt that does not fit), answered by the next step
+        self.refused: list[tuple[int, Completion]] = []
         self.waiting: deque[LiveSequence] = deque()
         self.live: list[LiveSequence] = []
         #: scoring requests waiting for the next step: (ticket, request, submitted at)
@@ -117,6 +121,13 @@ class TransformersBackend:
             return ticket
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
+        self.counters.requests += 1
+        error = overflow_error(self.name, request, len(prompt), self.context_length)
+        if error is not None:
+            refusal = Completion(text="", finish_reason="context_overflow", prompt_tokens=len(prompt),
+                                 completion_tokens=0, latency_s=0.0, error=error)  # fmt: skip
+            self.refused.append((ticket, refusal))
+            return ticket
         # a conversation's cache holds one adapter's keys and values: each adapter keeps its own
         conversation = request.conversation_key
         if conversation is not None and adapter is not None:
@@ -131,12 +142,11 @@ class TransformersBackend:
             adapter=adapter,
         )
         self.waiting.append(sequence)
-        self.counters.requests += 1
         return ticket
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.live or self.scoring)
+        return bool(self.waiting or self.live or self.scoring or self.refused)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -147,7 +157,9 @@ class TransformersBackend:
         Scoring requests are prefilled alone, each in one forward pass, and finish in the step they join.
         """
         scored = [(ticket, self._score(request, submitted)) for ticket, request, submitted in self.scoring]
+        scored += self.refused
         self.scoring.clear()
+        self.refused = []
         with self.torch.inference_mode():
             while self.waiting and len(self.live) < self.slots:
                 self._admit(self.waiting.popleft())
@@ -247,6 +259,8 @@ class TransformersBackend:
             sequence.finish_reason = "stop"
         elif len(sequence.generated) >= sequence.sampling.max_tokens:
             sequence.finish_reason = "length"
+        elif len(sequence.prompt) + len(sequence.generated) >= self.context_length:
+            sequence.finish_reason = "length"  # the context is full
 
     def _text(self, sequence: LiveSequence) -> str:
         return str(self.tokenizer.decode(sequence.generated, skip_special_tokens=True))
@@ -298,6 +312,7 @@ def transformers_backend_for(
         synthetic=shape,
         chat_format=spec.chat_format,
         slots=slots,
+        context_length=spec.context_length,
         device=spec.device,
         dtype=spec.dtype,
         attn_implementation=spec.attn_implementation,
