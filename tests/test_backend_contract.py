@@ -162,6 +162,21 @@ def test_a_reply_never_exceeds_its_token_cap(contestant: Contestant) -> None:
     assert all(reply.finish_reason == "length" for reply in replies if reply.completion_tokens == 3)
 
 
+def test_a_stop_string_ends_the_reply_and_is_not_in_it(contestant: Contestant) -> None:
+    """The greedy reply without a stop string, then with two of its middle characters as one: the same
+    reply, cut where that string first occurs, with finish reason `stop`."""
+    backend = contestant.backend
+    question = "List the numbers from one to twenty, separated by commas."
+    (free,) = drain(backend, [_asked(question, max_tokens=24)])
+    assert len(free.text.strip()) >= 6, free.text
+    middle = len(free.text) // 2
+    stop = free.text[middle : middle + 2]
+    sampling = ResolvedSampling(temperature=0.0, max_tokens=24, seed=0, stop=(stop,))
+    (stopped,) = drain(backend, [_asked(question, max_tokens=24).model_copy(update={"sampling": sampling})])
+    assert stop not in stopped.text and stopped.finish_reason == "stop", (stop, stopped.text)
+    assert stopped.text.rstrip() == free.text[: free.text.find(stop)].rstrip(), (stop, free.text, stopped.text)
+
+
 def test_a_seeded_sampled_reply_does_not_depend_on_the_batch(contestant: Contestant) -> None:
     backend = contestant.backend
     sampled = _asked("Name three colours.", max_tokens=10, temperature=1.0, seed=1234)

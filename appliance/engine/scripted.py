@@ -65,9 +65,10 @@ class ScriptedBackend:
                 latency_s=0.0,
                 scores=self.scorer(request),
             )
-        return Completion(
-            text=self.respond(request), finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0
-        )
+        text = self.respond(request)
+        cuts = [text.find(stop) for stop in request.sampling.stop if stop and stop in text]
+        text = text[: min(cuts)] if cuts else text  # a stop string ends the reply, as on every backend
+        return Completion(text=text, finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0)
 
     def count_tokens(self, text: str) -> int:
         """One token per character, as the scripted context is measured."""
