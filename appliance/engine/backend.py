@@ -69,17 +69,33 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def overflow_error(model: str, request: GenerationRequest, prompt_tokens: int, context_length: int) -> str | None:
+def overflow_message(model: str, prompt_tokens: int, context_length: int, reply_tokens: int | None) -> str:
+    """Why a request is refused as `context_overflow`: the same words on every backend."""
+    reply = "" if reply_tokens is None else f" and {reply_tokens} for the reply"
+    fits = f"does not fit the context of {context_length} tokens of model '{model}'"
+    return f"prompt of {prompt_tokens} tokens{reply} {fits}"
+
+
+def overflow_refusal(
+    model: str, request: GenerationRequest, prompt_tokens: int, context_length: int, latency_s: float = 0.0
+) -> Completion | None:
     """The contract every backend keeps (`GenerationRequest.reserve_output`): a prompt that leaves no
-    room to generate, or not `max_tokens` when the request reserves them, is refused with this message
-    as `context_overflow` before anything is decoded; None when it fits."""
+    room to generate, or not `max_tokens` when the request reserves them, is refused as
+    `context_overflow` before anything is decoded; None when it fits. (llama.cpp decides with its own
+    cell arithmetic and words its refusal with `overflow_message`.)"""
     room = context_length - prompt_tokens
     reserve = request.reserve_output and request.scoring is None
     if room > 0 and not (reserve and room < request.sampling.max_tokens):
         return None
-    reply = f" and {request.sampling.max_tokens} for the reply" if reserve else ""
-    fits = f"does not fit the context of {context_length} tokens of model '{model}'"
-    return f"prompt of {prompt_tokens} tokens{reply} {fits}"
+    error = overflow_message(model, prompt_tokens, context_length, request.sampling.max_tokens if reserve else None)
+    return Completion(
+        text="",
+        finish_reason="context_overflow",
+        prompt_tokens=prompt_tokens,
+        completion_tokens=0,
+        latency_s=latency_s,
+        error=error,
+    )
 
 
 def with_adapter(

@@ -18,7 +18,7 @@ from pathlib import Path
 import llama_cpp as C
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters
+from appliance.engine.backend import BackendCounters, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix, reusable_prefix, window_reuse
 from appliance.engine.host_cache import HostCache, SavedSequence, default_budget_mb
@@ -761,14 +761,9 @@ class LlamaCppBackend:
         return job.ticket, completion
 
     def _reject_overflow(self, job: _Job) -> tuple[int, Completion]:
-        reply = job.request.reserve_output and job.scoring is None
-        return self._reject(
-            job,
-            "context_overflow",
-            f"prompt of {len(job.prompt_tokens)} tokens"
-            + (f" and {job.request.sampling.max_tokens} for the reply" if reply else "")
-            + f" does not fit the context of {self.context_length} tokens of model '{self.name}'",
-        )
+        reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
+        error = overflow_message(self.name, len(job.prompt_tokens), self.context_length, reply)
+        return self._reject(job, "context_overflow", error)
 
     def _reject(self, job: _Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
         completion = Completion(

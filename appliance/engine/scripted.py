@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
-from appliance.engine.backend import BackendCounters, overflow_error
+from appliance.engine.backend import BackendCounters, overflow_refusal
 from appliance.engine.types import Completion, GenerationRequest, TokenScores
 
 Responder = Callable[[GenerationRequest], str]
@@ -50,12 +50,9 @@ class ScriptedBackend:
 
     def _complete(self, request: GenerationRequest) -> Completion:
         size = sum(len(message.content) for message in request.messages) + len(request.prompt or "")
-        error = None if self.context_chars is None else overflow_error(self.name, request, size, self.context_chars)
-        if error is not None:
-            return Completion(
-                text="", finish_reason="context_overflow", prompt_tokens=size, completion_tokens=0, latency_s=0.0,
-                error=error,
-            )  # fmt: skip
+        refusal = None if self.context_chars is None else overflow_refusal(self.name, request, size, self.context_chars)
+        if refusal is not None:
+            return refusal
         if request.scoring is not None:
             return Completion(
                 text="",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, overflow_error, with_adapter
+from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
@@ -122,10 +122,8 @@ class TransformersBackend:
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
         self.counters.requests += 1
-        error = overflow_error(self.name, request, len(prompt), self.context_length)
-        if error is not None:
-            refusal = Completion(text="", finish_reason="context_overflow", prompt_tokens=len(prompt),
-                                 completion_tokens=0, latency_s=0.0, error=error)  # fmt: skip
+        refusal = overflow_refusal(self.name, request, len(prompt), self.context_length)
+        if refusal is not None:
             self.refused.append((ticket, refusal))
             return ticket
         # a conversation's cache holds one adapter's keys and values: each adapter keeps its own

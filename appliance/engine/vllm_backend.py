@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, overflow_error, with_adapter
+from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
@@ -206,16 +206,8 @@ class VllmBackend:
     def _overflow(self, request: GenerationRequest, prompt: list[int], submitted: float) -> Completion | None:
         """A prompt that leaves no room to generate (or not `max_tokens`, when the request reserves them)
         is rejected before it reaches vLLM, which would fail the whole batch over it."""
-        error = overflow_error(self.name, request, len(prompt), self.context_length)
-        if error is None:
-            return None
-        return Completion(
-            text="",
-            finish_reason="context_overflow",
-            prompt_tokens=len(prompt),
-            completion_tokens=0,
-            latency_s=time.perf_counter() - submitted,
-            error=error,
+        return overflow_refusal(
+            self.name, request, len(prompt), self.context_length, latency_s=time.perf_counter() - submitted
         )
 
     def _sampling(self, sampling: ResolvedSampling, stops: tuple[str, ...], grammar: str | None) -> Any:

@@ -77,11 +77,12 @@ def build_consistency_report(store: Store, run_id: str, scenario: str, panel: st
         by_episode[verdict.episode_id].append((part, kind == "answerable", bool(verdict.score), verdict.parsed))
     players = sorted({episode.player for episode in episodes})
     answer_tests = sorted({str(e.metadata.get("answer_test", OPTION_PARSER)) for e in episodes})
-    read: dict[str, int] = {}
+    shortest_prompt: dict[str, int] = {}  # episode -> the fewest tokens the player read for one question
     for message in run.messages(speaker="player"):
         if message.prompt_tokens:
-            read[message.episode_id] = min(read.get(message.episode_id, message.prompt_tokens), message.prompt_tokens)
-    rows = [_row(player, episodes, by_episode, seed, read) for seed, player in enumerate(players)]
+            known = shortest_prompt.get(message.episode_id, message.prompt_tokens)
+            shortest_prompt[message.episode_id] = min(known, message.prompt_tokens)
+    rows = [_row(player, episodes, by_episode, seed, shortest_prompt) for seed, player in enumerate(players)]
     return ConsistencyReport(
         run_id=run_id, scenario=scenario, status=run.status, answer_test=", ".join(answer_tests), rows=rows
     )
@@ -92,7 +93,7 @@ def _row(
     episodes: list[StoredEpisode],
     by_episode: dict[str, list[tuple[str, bool, bool, bool]]],
     seed: int,
-    read: dict[str, int],
+    shortest_prompt: dict[str, int],
 ) -> ConsistencyRow:
     own = [e for e in episodes if e.player == player]
     not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
@@ -120,7 +121,8 @@ def _row(
         )
         if variant == "base":
             base_results[character] = questions
-            base_tokens += [read[episode.episode_id]] if episode.episode_id in read else []
+            if episode.episode_id in shortest_prompt:
+                base_tokens.append(shortest_prompt[episode.episode_id])
     fields = sorted({v.field for v in variants} - {"base"})
     per_character = [ca for results in base_results.values() if (ca := consistency_accuracy(results)) is not None]
     by_part: dict[str, float | None] = {}
