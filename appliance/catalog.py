@@ -23,6 +23,7 @@ from appliance.engine.registry import backend_names
 from appliance.engine.synthetic import SyntheticShape, resolve_shape
 from appliance.engine.types import Sampling
 from appliance.errors import ApplianceError, describe_validation_error
+from appliance.model_parts import join_parts, joined_target, part_files
 from appliance.paths import staging_path
 from appliance.tomlfile import read_toml
 
@@ -70,6 +71,10 @@ class ModelSpec(BaseModel):
     package: str | None = Field(default=None, description="importable package carrying the file")
     file: str | None = Field(default=None, description="file inside the package")
     assemble: bool = Field(default=False, description="package assembles the file from chunks")
+    parts: list[str] | None = Field(
+        default=None, min_length=1, description="a file split over packages: each part's 'package/path', in order"
+    )
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="the joined file's sha256")
     context_length: int = Field(default=4096, ge=256)
     chat_format: ChatFormat = "gguf"
     slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together")
@@ -114,6 +119,10 @@ class ModelSpec(BaseModel):
         description="LoRA: a GGUF file (llama_cpp) or a PEFT folder (transformers, vllm); a folder may hold both",
     )
     scale: float | None = Field(default=None, description="the adapter's strength (unset: 1; 0 plays the base)")
+    # Set by an `adapters = "GLOB"` entry on each checkpoint it expands to, never written in models.toml:
+    # reports, `compare --sweep` and the page group and order a sweep's players by them, not by their names.
+    sweep: str | None = Field(default=None, description="the sweep entry this checkpoint belongs to")
+    step: int | None = Field(default=None, description="the checkpoint's training step (its folder's number)")
 
     @field_validator("backend")
     @classmethod
@@ -167,12 +176,20 @@ class ModelSpec(BaseModel):
     def _one_source(self) -> ModelSpec:
         if self.base is None and (self.adapter is not None or self.scale is not None):
             raise ValueError("'adapter' and 'scale' need 'base' (the whole model the adapter applies to)")
+        if self.base is None and (self.sweep is not None or self.step is not None):
+            raise ValueError("fields 'sweep' and 'step' are set by an `adapters = ...` entry, not written")
         if self.synthetic is not None:
             if self.path is not None or self.package is not None:
                 raise ValueError("a 'synthetic' model has no 'path' or 'package'")
             return self
-        if (self.path is None) == (self.package is None):
-            raise ValueError("give exactly one of 'path' or 'package'")
+        if sum(source is not None for source in (self.path, self.package, self.parts)) != 1:
+            raise ValueError("give exactly one of 'path', 'package' or 'parts'")
+        if (self.parts is None) != (self.sha256 is None):
+            raise ValueError("'parts' and 'sha256' go together (the joined file is checked against it)")
+        for part in self.parts or []:
+            package, _, inner = part.partition("/")
+            if not package.isidentifier() or not inner:
+                raise ValueError(f"part '{part}' is not 'package/path inside it'")
         if self.package is not None and not self.assemble and self.file is None:
             raise ValueError("a 'package' source needs 'file' (or 'assemble = true')")
         return self
@@ -187,6 +204,8 @@ class ModelSpec(BaseModel):
             return f"{self.base} + LoRA {self.adapter} (scale {self.adapter_scale:g})"
         if self.path is not None:
             return self.path
+        if self.parts is not None:
+            return f"{len(self.parts)} parts, {self.parts[0].partition('/')[0]} ... (joined)"
         suffix = "(assembled)" if self.assemble else str(self.file)
         return f"{self.package}:{suffix}"
 
@@ -306,6 +325,8 @@ def adapter_specs(
     """
     where = f"{source} [models.{name}]"
     extra = [key for key in entry if key not in ADAPTER_FIELDS]
+    if set(extra) & {"sweep", "step"}:
+        raise ApplianceError(f"{where}: fields 'sweep' and 'step' are set by an `adapters = ...` entry, not written")
     if extra:
         raise ApplianceError(f"{where}: field '{extra[0]}': an adapter entry takes it from its base")
     base = entry["base"]
@@ -325,16 +346,27 @@ def adapter_specs(
     for key, value in (("adapter", single), ("adapters", pattern)):
         if key in entry and not isinstance(value, str):
             raise ApplianceError(f"{where}: field '{key}': expected a path, got {value!r}")
-    if isinstance(single, str):
-        named = [(name, single)]
-    else:
-        assert isinstance(pattern, str)
-        matches = glob.glob(str(_relative_to(Path(os.path.expanduser(pattern)), source)))
-        named = [(f"{name}@{Path(match).name}", match) for match in sorted(matches, key=_natural_order)]
     update = {"base": base, "scale": None if scale is None else float(scale)}
+    if isinstance(single, str):
+        return [models[base].model_copy(update={**update, "name": name, "adapter": single})]
+    assert isinstance(pattern, str)
+    matches = sorted(glob.glob(str(_relative_to(Path(os.path.expanduser(pattern)), source))), key=_natural_order)
+    steps = checkpoint_steps([Path(match).name for match in matches])
     return [
-        models[base].model_copy(update={**update, "name": entry_name, "adapter": path}) for entry_name, path in named
+        models[base].model_copy(
+            update={**update, "name": f"{name}@{Path(match).name}", "adapter": match, "sweep": name, "step": step}
+        )
+        for match, step in zip(matches, steps, strict=True)
     ]
+
+
+def checkpoint_steps(folders: list[str]) -> list[int]:
+    """The training step of each checkpoint folder, in order: the last number in its name
+    (`checkpoint-500` is step 500); where a name has none, or two share one, the position (1, 2, ...)."""
+    numbers = [found[-1] if (found := re.findall(r"\d+", folder)) else None for folder in folders]
+    if None in numbers or len(set(numbers)) < len(numbers):
+        return list(range(1, len(folders) + 1))
+    return [int(number) for number in numbers if number is not None]
 
 
 def _natural_order(path: str) -> list[object]:
@@ -362,6 +394,8 @@ def locate_model_file(spec: ModelSpec, base_dir: Path, *, assemble: bool = True)
     if spec.path is not None:
         path = Path(os.path.expanduser(spec.path))
         return path if path.is_absolute() else base_dir / path
+    if spec.parts is not None and spec.sha256 is not None:
+        return _joined_file(spec, assemble=assemble)
     if spec.package is None:
         raise ApplianceError(f"model '{spec.name}' has synthetic weights: it has no file")
     directory = package_directory(spec.package)
@@ -370,6 +404,20 @@ def locate_model_file(spec: ModelSpec, base_dir: Path, *, assemble: bool = True)
     if spec.file is not None and not spec.assemble:
         return directory / spec.file
     return _assembled_file(spec, assemble=assemble)
+
+
+def _joined_file(spec: ModelSpec, *, assemble: bool) -> Path:
+    """A file split over packages (`parts`), joined once into the cache and checked against `sha256`."""
+    assert spec.parts is not None and spec.sha256 is not None
+    target = joined_target(cache_dir(), spec.sha256)
+    stamp = target.with_suffix(target.suffix + ".verified")
+    if target.is_file() and stamp.is_file() and stamp.read_text() == _file_fingerprint(target):
+        return target
+    if not assemble:
+        return target
+    join_parts(spec.name, part_files(spec.name, spec.parts, package_directory), target, spec.sha256)
+    _write_atomically(stamp, _file_fingerprint(target))
+    return target
 
 
 def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -53,3 +55,33 @@ def mean_of(value: str) -> Statistic:
         return fmean(known) if known else None
 
     return statistic
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A statistic of one player's units with its 95% bootstrap interval over those units."""
+
+    label: str
+    value: float | None
+    ci: tuple[float, float] | None
+    n: int
+
+
+def estimate(label: str, units: Sequence[Unit], statistic: Statistic, seed: int, resamples: int = 1000) -> Estimate:
+    """The statistic over the units that carry it (a DeepEval unit has only its own task's payoff),
+    with a bootstrap interval over those units."""
+    units = [unit for unit in units if statistic([unit]) is not None]
+    value = statistic(units) if units else None
+    if value is None or len(units) < 2:
+        return Estimate(label, value, None, len(units))
+    rng = np.random.default_rng(seed)
+    estimates = []
+    for _ in range(resamples):
+        drawn = rng.integers(0, len(units), len(units))
+        resampled = statistic([units[i] for i in drawn])
+        if resampled is not None:
+            estimates.append(resampled)
+    if not estimates:
+        return Estimate(label, value, None, len(units))
+    low, high = np.quantile(np.asarray(estimates), [0.025, 0.975])
+    return Estimate(label, value, (float(low), float(high)), len(units))

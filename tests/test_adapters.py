@@ -88,6 +88,8 @@ adapters = "runs/checkpoint-*"
     names = ["sweep@checkpoint-5", "sweep@checkpoint-20", "sweep@checkpoint-100"]
     assert catalog.expand_sweeps(["big", "sweep"]) == ["big", *names]
     assert catalog.get(names[2]).adapter == str(tmp_path / "runs" / "checkpoint-100")
+    assert [(catalog.get(n).sweep, catalog.get(n).step) for n in names] == [("sweep", 5), ("sweep", 20), ("sweep", 100)]
+    assert catalog.get("ft").sweep is None and catalog.get("big").step is None
     with pytest.raises(ApplianceError, match="'sweep' is a sweep of 3 checkpoints"):
         catalog.get("sweep")
 
@@ -104,6 +106,8 @@ adapters = "runs/checkpoint-*"
         ('base = "big"\nadapter = "a.gguf"\nscale = "high"', "field 'scale': expected a number"),
         ('base = "big"\nadapter = 3', "field 'adapter': expected a path"),
         ('path = "big.gguf"\nadapter = "a.gguf"', "'adapter' and 'scale' need 'base'"),
+        ('path = "big.gguf"\nsweep = "mine"', "fields 'sweep' and 'step' are set by an `adapters = ...` entry"),
+        ('base = "big"\nadapters = "runs/*"\nstep = 3', "fields 'sweep' and 'step' are set by an `adapters"),
     ],
 )
 def test_bad_adapter_entries_are_one_line_errors_naming_the_field(tmp_path: Path, entry: str, message: str) -> None:
@@ -450,6 +454,21 @@ def test_a_sweep_plays_in_one_run_and_the_gate_gives_the_fine_tune_its_verdict(t
     assert regressed.returncode == 1, regressed.stdout
     verdicts = {row["metric"]: row["verdict"] for row in json.loads(regressed.stdout)["metrics"]}
     assert verdicts["played"] == "regression", verdicts
+    # the sweep as a sweep: known from the stored steps, every checkpoint against the base in one test family
+    assert [(json.loads(models[name])["sweep"], json.loads(models[name])["step"]) for name in checkpoints] == [
+        ("smollm2-taboo-sweep", step) for step in (5, 10, 20)
+    ]
+    swept = cli("compare", run_id, "--sweep", "smollm2-taboo-sweep", "--db", db, "--json")
+    assert swept.returncode == 0, swept.stdout + swept.stderr  # the last checkpoint did not regress
+    sweep = json.loads(swept.stdout)
+    assert sweep["gated"] == checkpoints[-1] and len(sweep["comparison"]["metrics"]) == 3 * 3
+    (played_curve,) = [curve for curve in sweep["curves"] if curve["metric"] == "played"]
+    assert played_curve["base"]["value"] == 0.0 and [p["step"] for p in played_curve["points"]] == [5, 10, 20]
+    assert all(point["estimate"]["value"] == 100.0 for point in played_curve["points"])
+    shown = cli("report", run_id, "--db", db).stdout
+    assert (
+        "sweep smollm2-taboo-sweep: clembench.played" in shown and f"Gate on {checkpoints[-1]}: no regression." in shown
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf not installed (pip install -e '.[hf]')")

@@ -177,7 +177,7 @@ def test_malformed_models_file(tmp_path: Path) -> None:
 def test_model_entry_without_a_source(tmp_path: Path) -> None:
     bad = tmp_path / "models.toml"
     bad.write_text('[models.nofile]\nbackend = "llama_cpp"\n')
-    assert_clean_error(cli("models", "list", "--models", str(bad)), "models.nofile", "'path' or 'package'")
+    assert_clean_error(cli("models", "list", "--models", str(bad)), "models.nofile", "'path', 'package' or 'parts'")
 
 
 def test_model_entry_with_unknown_backend(tmp_path: Path) -> None:

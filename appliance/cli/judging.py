@@ -127,48 +127,62 @@ def labels_list(db: DbOption = None, as_json: JsonOption = False) -> None:
     console.print(table)
 
 
+LabelsOption = Annotated[str, typer.Option("--labels", help="label set (see 'appliance labels list')")]
+CriterionOption = Annotated[
+    str | None, typer.Option(help="human criterion (default: the set's only one, else Overall / preference)")
+]
+TemplateOption = Annotated[
+    str | None,
+    typer.Option(
+        help="judge template in judges/ (default by label kind: a likelihood panel's own for turn sets, "
+        "dialogue_followups for dialogues, instruction_likelihood for pairs; else turn_rating, "
+        "dialogue_rating, pairwise_preference)"
+    ),
+]
+LimitOption = Annotated[int | None, typer.Option(min=4, help="a seeded sample of N items")]
+HeldoutOption = Annotated[float, typer.Option(min=0.05, max=0.95, help="share of items held out")]
+SeedOption = Annotated[int, typer.Option(help="split, sample and decoding seed")]
+ParallelOption = Annotated[int, typer.Option(min=1, help="items rated at once")]
+ResamplesOption = Annotated[int, typer.Option(min=100, help="bootstrap resamples per interval")]
+CurveOption = Annotated[
+    bool,
+    typer.Option(
+        "--curve",
+        help="also refit on 25/50/100/150/all fitting items of 10 seeded splits and report held-out "
+        "Spearman per size (ratings read from probabilities)",
+    ),
+]
+PlotOption = Annotated[Path | None, typer.Option(help="PNG path (default out/<calibration id>.png)")]
+ShipOption = Annotated[
+    bool,
+    typer.Option(
+        "--ship", help="also write it to judges/calibrations/<panel>/ with its held-out report (runs apply it)"
+    ),
+]
+TransferOption = Annotated[
+    str | None,
+    typer.Option(
+        help="fit nothing: apply this stored or shipped calibration to every item of --labels and report its "
+        "zero-shot agreement",
+        metavar="CALIBRATION_ID",
+    ),
+]
+
+
 def calibrate(
     panel: PanelOption = "default",
-    labels: Annotated[str, typer.Option("--labels", help="label set (see 'appliance labels list')")] = "fed-turn",
-    criterion: Annotated[
-        str | None, typer.Option(help="human criterion (default: the set's only one, else Overall / preference)")
-    ] = None,
-    template: Annotated[
-        str | None,
-        typer.Option(
-            help="judge template in judges/ (default by label kind: a likelihood panel's own for turn sets, "
-            "dialogue_followups for dialogues, instruction_likelihood for pairs; else turn_rating, "
-            "dialogue_rating, pairwise_preference)"
-        ),
-    ] = None,
-    limit: Annotated[int | None, typer.Option(min=4, help="a seeded sample of N items")] = None,
-    heldout: Annotated[float, typer.Option(min=0.05, max=0.95, help="share of items held out")] = 0.5,
-    seed: Annotated[int, typer.Option(help="split, sample and decoding seed")] = 0,
-    parallel: Annotated[int, typer.Option(min=1, help="items rated at once")] = 16,
-    resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples per interval")] = 1000,
-    curve: Annotated[
-        bool,
-        typer.Option(
-            "--curve",
-            help="also refit on 25/50/100/150/all fitting items of 10 seeded splits and report held-out "
-            "Spearman per size (ratings read from probabilities)",
-        ),
-    ] = False,
-    plot: Annotated[Path | None, typer.Option(help="PNG path (default out/<calibration id>.png)")] = None,
-    ship: Annotated[
-        bool,
-        typer.Option(
-            "--ship", help="also write it to judges/calibrations/<panel>/ with its held-out report (runs apply it)"
-        ),
-    ] = False,
-    transfer: Annotated[
-        str | None,
-        typer.Option(
-            help="fit nothing: apply this stored or shipped calibration to every item of --labels and report its "
-            "zero-shot agreement",
-            metavar="CALIBRATION_ID",
-        ),
-    ] = None,
+    labels: LabelsOption = "fed-turn",
+    criterion: CriterionOption = None,
+    template: TemplateOption = None,
+    limit: LimitOption = None,
+    heldout: HeldoutOption = 0.5,
+    seed: SeedOption = 0,
+    parallel: ParallelOption = 16,
+    resamples: ResamplesOption = 1000,
+    curve: CurveOption = False,
+    plot: PlotOption = None,
+    ship: ShipOption = False,
+    transfer: TransferOption = None,
     db: DbOption = None,
     models: ModelsOption = None,
     as_json: JsonOption = False,

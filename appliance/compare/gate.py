@@ -126,24 +126,45 @@ def compare_runs(
     """`headlines`: those of `shared_headlines`, where the caller built them already."""
     if not 0.0 < alpha < 1.0:
         raise ApplianceError(f"--alpha: {alpha} is not between 0 and 1")
-    base_config, candidate_config = store.run(base_run).config, store.run(candidate_run).config
-    differences = _setting_differences(base_config, candidate_config)
     if headlines is None:
         headlines = shared_headlines(store, base_run, candidate_run)
-    for scenario, base, candidate in headlines:
-        differences += _unit_differences(scenario, base, candidate)
     if not headlines:
         raise ApplianceError(f"runs '{base_run}' and '{candidate_run}' share no family with headline metrics")
+    differences = checked_differences(store, base_run, candidate_run, headlines, force=force)
+    metrics: list[MetricComparison] = []
+    for scenario, base, candidate in headlines:
+        for base_player, candidate_player in player_pairs(scenario, base, candidate, pairs):
+            metrics += compare_players(
+                scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed, alpha
+            )
+    return concluded(base_run, candidate_run, metrics, thresholds, alpha, force=force, differences=differences)
+
+
+def checked_differences(
+    store: Store, base_run: str, candidate_run: str, headlines: list[tuple[str, Headline, Headline]], *, force: bool
+) -> list[str]:
+    """What differs between the runs (judges, calibrations, instances, settings); refused unless forced."""
+    differences = _setting_differences(store.run(base_run).config, store.run(candidate_run).config)
+    for scenario, base, candidate in headlines:
+        differences += _unit_differences(scenario, base, candidate)
     if differences and not force:
         raise ApplianceError(
             f"runs '{base_run}' and '{candidate_run}' differ ({'; '.join(differences)}); compare anyway with --force"
         )
-    metrics: list[MetricComparison] = []
-    for scenario, base, candidate in headlines:
-        for base_player, candidate_player in player_pairs(scenario, base, candidate, pairs):
-            metrics += _compare_players(
-                scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed, alpha
-            )
+    return differences
+
+
+def concluded(
+    base_run: str,
+    candidate_run: str,
+    metrics: list[MetricComparison],
+    thresholds: Thresholds,
+    alpha: float,
+    *,
+    force: bool,
+    differences: list[str],
+) -> Comparison:
+    """The comparison of `metrics`, every verdict decided with Holm's adjustment across all of them."""
     unknown = set(thresholds.max_drop) - {f"{m.family}.{m.metric}" for m in metrics}
     if unknown:
         raise ApplianceError(f"--max-drop: no metric named {', '.join(sorted(unknown))} in these runs")
@@ -194,7 +215,7 @@ def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tu
     return found
 
 
-def _compare_players(
+def compare_players(
     scenario: str,
     base: Headline,
     candidate: Headline,

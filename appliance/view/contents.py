@@ -16,12 +16,12 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 
 from appliance.compare.gate import Thresholds, compare_runs, player_pairs, shared_headlines
+from appliance.compare.sweep import SweepResult, run_sweep_results
 from appliance.errors import ApplianceError
-from appliance.headline import Headline, Statistic, Unit
+from appliance.headline import Estimate, Headline, Unit, estimate
 from appliance.scenarios.registry import build_scenario_report, family_entry
 from appliance.scenarios.spec import family_of
 from appliance.stats import bootstrap_interval
@@ -31,16 +31,6 @@ from appliance.store.labels import calibration_rows
 from appliance.view.criteria import LabelCriterion, criteria_of_templates
 
 RESAMPLES = 1000
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A statistic of one player's units with its 95% bootstrap interval over those units."""
-
-    label: str
-    value: float | None
-    ci: tuple[float, float] | None
-    n: int
 
 
 @dataclass(frozen=True)
@@ -138,6 +128,10 @@ class ViewContents:
     transcripts: list[Transcript]
     #: transcripts stored for these runs, of which `transcripts` holds at most max_transcripts
     transcripts_total: int
+    #: every sweep of these runs against its base in the same run (the report's sweep tables)
+    sweeps: list[SweepResult] = field(default_factory=list)
+    #: why a sweep of these runs has no curve (its base did not play beside it)
+    sweep_notes: list[str] = field(default_factory=list)
 
 
 def collect_contents(
@@ -157,6 +151,12 @@ def collect_contents(
         except ApplianceError as error:
             note = str(error)
     transcripts, total = _transcripts(store, run_ids, judges_dir, max_transcripts)
+    sweeps: list[SweepResult] = []
+    sweep_notes: list[str] = []
+    for run_id in run_ids:
+        found, notes = run_sweep_results(store, run_id, seed=seed)
+        sweeps += found
+        sweep_notes += notes
     return ViewContents(
         runs=runs,
         boards=boards,
@@ -165,6 +165,8 @@ def collect_contents(
         comparison_note=note,
         transcripts=transcripts,
         transcripts_total=total,
+        sweeps=sweeps,
+        sweep_notes=sweep_notes,
     )
 
 
@@ -183,26 +185,6 @@ def _run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "calibrations": config.get("calibrations", {}),
         "episodes": store.episode_statuses(run_id),
     }
-
-
-def _estimate(label: str, units: Sequence[Unit], statistic: Statistic, seed: int) -> Estimate:
-    """The statistic over the units that carry it (a DeepEval unit has only its own task's payoff),
-    with a bootstrap interval over those units."""
-    units = [unit for unit in units if statistic([unit]) is not None]
-    value = statistic(units) if units else None
-    if value is None or len(units) < 2:
-        return Estimate(label, value, None, len(units))
-    rng = np.random.default_rng(seed)
-    estimates = []
-    for _ in range(RESAMPLES):
-        drawn = rng.integers(0, len(units), len(units))
-        resampled = statistic([units[i] for i in drawn])
-        if resampled is not None:
-            estimates.append(resampled)
-    if not estimates:
-        return Estimate(label, value, None, len(units))
-    low, high = np.quantile(np.asarray(estimates), [0.025, 0.975])
-    return Estimate(label, value, (float(low), float(high)), len(units))
 
 
 def _scenario_board(store: Store, run_id: str, scenario: str, seed: int) -> ScenarioBoard:
@@ -226,12 +208,12 @@ def _metric_boards(headline: Headline, seed: int) -> list[MetricBoard]:
     groups = sorted({unit.group for unit in headline.units if unit.group})
     boards = []
     for metric in headline.metrics:
-        rows = [_estimate(player, units, metric.statistic, seed) for player, units in sorted(by_player.items())]
+        rows = [estimate(player, units, metric.statistic, seed) for player, units in sorted(by_player.items())]
         per_group: dict[str, list[Estimate]] = {}
         if len(groups) > 1:
             for group in groups:
                 per_group[group] = [
-                    _estimate(player, [u for u in units if u.group == group], metric.statistic, seed)
+                    estimate(player, [u for u in units if u.group == group], metric.statistic, seed)
                     for player, units in sorted(by_player.items())
                 ]
         boards.append(MetricBoard(metric.name, metric.description, metric.higher_is_better, rows, per_group))

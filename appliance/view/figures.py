@@ -8,7 +8,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from appliance.view.contents import Estimate, MetricBoard, MetricDeltas
+from appliance.compare.gate import IMPROVEMENT, REGRESSION
+from appliance.compare.sweep import SweepCurve
+from appliance.headline import Estimate
+from appliance.view.contents import MetricBoard, MetricDeltas
 
 Figure = dict[str, Any]
 GOOD, BAD, NEUTRAL = "#2a7f62", "#b3342d", "#888888"
@@ -182,3 +185,66 @@ def curve_figure(calibration_id: str, curve: dict[str, Any]) -> Figure:
 
 def _interval(ci: Any) -> tuple[float, float] | None:
     return None if not ci else (float(ci[0]), float(ci[1]))
+
+
+#: a sweep point's colour by its verdict against the base
+VERDICT_COLOURS = {IMPROVEMENT: GOOD, REGRESSION: BAD}
+CHECKPOINTS, BASE_BAND = "#3465a4", "rgba(136, 136, 136, 0.18)"
+
+
+def _band(name: str, xs: list[float], lows: list[float | None], highs: list[float | None], fill: str) -> list[Any]:
+    """An interval drawn as a shaded band: its lower edge, then its upper edge filled down to it."""
+    edge = {"width": 0}
+    return [
+        go.Scatter(x=xs, y=lows, mode="lines", line=edge, showlegend=False, hoverinfo="skip"),
+        go.Scatter(x=xs, y=highs, mode="lines", line=edge, fill="tonexty", fillcolor=fill, name=name, hoverinfo="skip"),
+    ]
+
+
+def sweep_figure(sweep: str, base: str, curve: SweepCurve) -> Figure:
+    """The metric against the training step: the checkpoints' line with their 95% intervals as a band,
+    the base as a horizontal line and band. A point's customdata is its player: clicking it opens the
+    checkpoint's transcripts."""
+    points = curve.points
+    steps = [float(point.step) for point in points]
+    span = [min(steps), max(steps)] if steps else [0.0, 1.0]
+    low, high = curve.base.ci if curve.base.ci is not None else (curve.base.value, curve.base.value)
+    traces = _band(f"{base} (base), 95% interval", span, [low, low], [high, high], BASE_BAND)
+    traces.append(
+        go.Scatter(
+            x=span,
+            y=[curve.base.value] * 2,
+            mode="lines",
+            line={"color": NEUTRAL, "dash": "dash"},
+            name=f"{base} (base)",
+            hoverinfo="skip",
+        )
+    )
+    cis = [point.estimate.ci for point in points]
+    lows = [None if ci is None else ci[0] for ci in cis]
+    highs = [None if ci is None else ci[1] for ci in cis]
+    traces += _band("checkpoints, 95% interval", steps, lows, highs, "rgba(52, 101, 164, 0.18)")
+    traces.append(
+        go.Scatter(
+            x=steps,
+            y=[point.estimate.value for point in points],
+            mode="lines+markers",
+            line={"color": CHECKPOINTS},
+            marker={"size": 11, "color": [VERDICT_COLOURS.get(p.against_base.verdict, CHECKPOINTS) for p in points]},
+            name=sweep,
+            customdata=[point.player for point in points],
+            text=[p.against_base.verdict for p in points],
+            hovertemplate="%{customdata} (step %{x}): %{y:.3f}, %{text} against the base; click for its transcripts"
+            "<extra></extra>",
+        )
+    )
+    direction = "higher is better" if curve.higher_is_better else "lower is better"
+    title = f"{sweep}: {curve.family}.{curve.metric} by training step ({direction})"
+    layout = _layout(
+        title,
+        curve.metric,
+        xaxis={"title": {"text": "training step"}},
+        legend={"orientation": "h", "y": -0.3},
+        margin={"l": 60, "r": 20, "t": 40, "b": 110},
+    )
+    return _as_json(go.Figure(traces, layout=layout))

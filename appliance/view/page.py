@@ -15,8 +15,10 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 
+from appliance.compare.render import SWEEP_COLUMNS, sweep_rows, sweep_summary
+from appliance.compare.sweep import SweepResult
 from appliance.view.contents import ViewContents
-from appliance.view.figures import breakdown_figure, calibration_figures, deltas_figure, metric_figures
+from appliance.view.figures import breakdown_figure, calibration_figures, deltas_figure, metric_figures, sweep_figure
 
 
 def page_data(contents: ViewContents, title: str) -> dict[str, Any]:
@@ -55,8 +57,29 @@ def page_data(contents: ViewContents, title: str) -> dict[str, Any]:
             | {"figures": calibration_figures(calibration)}
             for calibration in contents.calibrations
         ],
+        "sweeps": [_sweep_data(sweep) for sweep in contents.sweeps],
+        "sweep_notes": contents.sweep_notes,
         "transcripts": [dataclasses.asdict(transcript) for transcript in contents.transcripts],
         "transcripts_total": contents.transcripts_total,
+    }
+
+
+def _sweep_data(result: SweepResult) -> dict[str, Any]:
+    """A sweep's curves (figure and table per headline metric) and what it says, as the report prints it."""
+    return {
+        "name": result.sweep.name,
+        "base": result.sweep.base,
+        "run_id": result.comparison.candidate_run,
+        "columns": list(SWEEP_COLUMNS),
+        "curves": [
+            {
+                "metric": f"{curve.family}.{curve.metric}",
+                "rows": sweep_rows(curve),
+                "figure": sweep_figure(result.sweep.name, result.sweep.base, curve),
+            }
+            for curve in result.curves
+        ],
+        "summary": sweep_summary(result),
     }
 
 

@@ -30,6 +30,7 @@ function plot(container, figure) {
   const div = el("div", { class: "plot" });
   container.append(div);
   Plotly.newPlot(div, figure.data, figure.layout, { displaylogo: false, responsive: true, displayModeBar: "hover" });
+  return div;
 }
 
 function section(id, title) {
@@ -99,6 +100,50 @@ function comparisonSection() {
   const plots = el("div", { class: "plots" });
   node.append(plots);
   DATA.comparison.figures.forEach((figure) => plot(plots, figure));
+}
+
+function showPlayerTranscripts(player) {
+  const filter = document.getElementById("filter-player");
+  if (![...filter.options].some((option) => option.value === player)) {
+    document.getElementById("filter-count").textContent = `no transcript of ${player} in this page`;
+    return;
+  }
+  filter.value = player;
+  filter.dispatchEvent(new Event("input"));
+  document.getElementById("transcripts").scrollIntoView();
+}
+
+function sweepsSection() {
+  if (!DATA.sweeps.length && !DATA.sweep_notes.length) return;
+  const node = section("sweeps", "Sweeps");
+  node.append(el("p", { class: "note" }, "Each checkpoint against its base on the instances both played: 95% intervals, "
+    + "and verdicts with Holm's adjustment across all checkpoints and metrics of the sweep. Click a point for that checkpoint's transcripts."));
+  for (const note of DATA.sweep_notes) node.append(el("p", { class: "note" }, note));
+  for (const sweep of DATA.sweeps) {
+    const part = el("div", { class: "board sweep", "data-sweep": sweep.name },
+      el("h3", {}, `${sweep.name} over ${sweep.base} (run ${sweep.run_id})`));
+    node.append(part);
+    const plots = el("div", { class: "plots" });
+    part.append(plots);
+    for (const curve of sweep.curves) {
+      const div = plot(plots, curve.figure);
+      div.on("plotly_click", (event) => {
+        const player = event.points.map((point) => point.customdata).find((value) => typeof value === "string");
+        if (player) showPlayerTranscripts(player);
+      });
+    }
+    for (const curve of sweep.curves) {
+      const table = el("table", {}, el("tr", {}, ...sweep.columns.map((h) => el("th", {}, h))));
+      for (const row of curve.rows) {
+        const verdict = row[row.length - 1];
+        table.append(el("tr", {}, ...row.map((cell, index) => el("td",
+          index === row.length - 1 && verdict === "REGRESSION" ? { class: "regression" } : index >= 1 && index < row.length - 1 ? { class: "num" } : {},
+          cell))));
+      }
+      part.append(el("h4", {}, curve.metric), table);
+    }
+    part.append(...sweep.summary.map((line) => el("p", {}, line)));
+  }
 }
 
 function calibrationSection() {
@@ -262,13 +307,14 @@ function transcriptsSection() {
 
 document.getElementById("app").append(
   el("header", {}, el("h1", {}, DATA.title), el("div", { class: "sub" }, `generated ${DATA.generated_at} by appliance view`)),
-  el("nav", {}, ...[["runs", "Runs"], ["leaderboards", "Leaderboards"], ["comparison", "Comparison"],
+  el("nav", {}, ...[["runs", "Runs"], ["leaderboards", "Leaderboards"], ["sweeps", "Sweeps"], ["comparison", "Comparison"],
     ["calibrations", "Calibrations"], ["transcripts", "Transcripts"]].map(([id, name]) => el("a", { href: `#${id}` }, name)),
     el("span", { class: "labels" }, "rated: ", el("span", { id: "rated-count" }, "0"), " ",
       el("button", { id: "export-labels", onclick: exportLabels }, "Export labels (JSONL)"), " ", el("span", { id: "export-status" }))),
   el("main", {}));
 runsSection();
 boardsSection();
+sweepsSection();
 comparisonSection();
 calibrationSection();
 transcriptsSection();

@@ -1,0 +1,74 @@
+"""`appliance report` and `appliance export`: a stored run as tables, or as files for other tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from appliance.cli.options import (
+    DbOption,
+    JsonOption,
+    console,
+    error_console,
+)
+from appliance.compare.render import print_sweep
+from appliance.compare.sweep import run_sweep_results
+from appliance.scenarios import build_scenario_report
+from appliance.store import Store
+
+
+def report(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    panel: Annotated[str | None, typer.Option(help="whose scores to show (default: the run's panel)")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the leaderboard of a stored run with 95% bootstrap intervals."""
+    with Store.open(db, read_only=True) as store:
+        resolved = store.resolve_run_id(run_id)
+        record = store.run(resolved)
+        if record.status == "running":
+            finished, failed, planned = store.progress(resolved)
+            (error_console if as_json else console).print(
+                f"run {resolved} running: {finished + failed} of {planned if planned is not None else '?'} episodes "
+                f"stored ({failed} failed) so far; the figures below are partial. A run that was killed also "
+                f"shows this: resume it with appliance run --resume {resolved}",
+                markup=False,
+                highlight=False,
+            )
+        reports = [build_scenario_report(store, resolved, name, panel) for name in record.scenarios]
+        if as_json:
+            print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
+            return
+        sweeps, notes = run_sweep_results(store, resolved)
+    for scenario_report in reports:
+        scenario_report.render(console)
+    for sweep in sweeps:
+        print_sweep(console, sweep)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
+
+
+def export(
+    run_id: Annotated[str | None, typer.Argument(help="run id (default: the latest run)")] = None,
+    export_format: Annotated[str, typer.Option("--format", help="parquet | jsonl | csv")] = "parquet",
+    out: Annotated[Path | None, typer.Option(help="folder to write (default: ./export-RUN_ID)")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a run's episodes, messages, judgments and scores as files with stable column names."""
+    from appliance.store.export import export_run
+
+    with Store.open(db, read_only=True) as store:
+        resolved = store.resolve_run_id(run_id)
+        folder = out or Path(f"export-{resolved}")
+        written = export_run(store, resolved, folder, export_format)
+    if as_json:
+        print(json.dumps([{"table": f.table, "path": str(f.path), "rows": f.rows} for f in written]))
+        return
+    for exported in written:
+        console.print(f"{exported.table}: {exported.rows} rows -> {exported.path}")
+    console.print(f"run record -> {folder / 'run.json'}")
