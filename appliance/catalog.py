@@ -256,8 +256,9 @@ class Catalog(BaseModel):
             pattern = self.empty_sweeps[name]
             raise ApplianceError(f"{self.source} [models.{name}]: field 'adapters': nothing matches '{pattern}'")
 
-    def resolve_path(self, spec: ModelSpec) -> Path:
-        return locate_model_file(spec, self.source.parent)
+    def resolve_path(self, spec: ModelSpec, *, assemble: bool = True) -> Path:
+        """Where the model's weights are; `assemble=False` names a joined or assembled file without making it."""
+        return locate_model_file(spec, self.source.parent, assemble=assemble)
 
     def resolve_adapter(self, spec: ModelSpec) -> Path | None:
         """The adapter file or folder of `spec` (relative paths start at models.toml's folder)."""

@@ -70,7 +70,12 @@ def test_a_vllm_entry_has_the_llama_cpp_entry_of_its_gguf_as_twin() -> None:
     catalog = load_catalog(REPO / "models.toml")
     twins = {name: llama_cpp_twin(catalog, catalog.get(name)) for name in catalog.models}
     found = {name: twin.name for name, twin in twins.items() if twin is not None and twin.name != name}
-    assert found == {"smollm2-135m-vllm": "smollm2-135m", "gemma3-270m-vllm": "gemma3-270m"}
+    qwen = {
+        f"qwen2.5-coder-{size}{suffix}": f"qwen2.5-coder-{size}"
+        for size in ("0.5b", "1.5b")
+        for suffix in ("-hf", "-vllm")
+    }
+    assert found == {"smollm2-135m-vllm": "smollm2-135m", "gemma3-270m-vllm": "gemma3-270m", **qwen}
     assert twins["smollm2-135m"] is catalog.get("smollm2-135m")
 
 

@@ -372,7 +372,7 @@ def llama_cpp_twin(catalog: Catalog, spec: ModelSpec) -> ModelSpec | None:
     """The llama_cpp entry that loads the same GGUF as `spec` (itself for a llama_cpp entry); None if none does."""
     if spec.backend == "llama_cpp" or spec.synthetic is not None:
         return spec if spec.synthetic is None else None
-    source = catalog.resolve_path(spec)
+    source = catalog.resolve_path(spec, assemble=False)  # compared by where they are: nothing is joined here
     return next(
         (
             m
@@ -380,7 +380,7 @@ def llama_cpp_twin(catalog: Catalog, spec: ModelSpec) -> ModelSpec | None:
             if m.backend == "llama_cpp"
             and m.synthetic is None
             and m.adapter is None
-            and catalog.resolve_path(m) == source
+            and catalog.resolve_path(m, assemble=False) == source
         ),
         None,
     )
