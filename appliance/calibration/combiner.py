@@ -26,15 +26,15 @@ feature carries it all, as on the issue's coherence set; the ridge alone, where 
 enough to weigh every feature) replaces the default only if it leads it by more than half a bootstrap
 standard error of the paired difference (`MARGIN`).
 
-Weighed on FED's and USR's stored features and on synthetic tables, and dropped (docs/judging.md,
-"Combining features with few labels"): averages of the k best features and of the judges' PMIs, which
-noise chose at 50 labels and which then held out below the plain mean; the ridge as the default, which
-kept a poor ridge where one feature carried the signal; the panel mean alone as the default, which
-lost the blend's gain and fell under itself where a challenger won by noise; the blend alone as the
-default, which kept a poor ridge in the blend where the mean alone was best; the best score winning
-outright, which chose the fit-best feature by noise where the mean was better; and a full standard
-error, which kept the default where one feature was needed. The choice is refitted on the whole
-fitting part; everything here sees the fitting part only.
+Weighed on FED's and USR's stored features and on synthetic tables, and dropped
+(bench_results/notes/judging-calibration.md, "Combining features with few labels"): averages of the k
+best features and of the judges' PMIs, which noise chose at 50 labels and which then held out below the
+plain mean; the ridge as the default, which kept a poor ridge where one feature carried the signal; the
+panel mean alone as the default, which lost the blend's gain and fell under itself where a challenger
+won by noise; the blend alone as the default, which kept a poor ridge in the blend where the mean alone
+was best; the best score winning outright, which chose the fit-best feature by noise where the mean was
+better; and a full standard error, which kept the default where one feature was needed. The choice is
+refitted on the whole fitting part; everything here sees the fitting part only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where exact mode cuts a prompt into prefill chunks, and how much of a cache a prompt may reuse.
 
 Some kernels give results that depend on where a prompt's chunks begin and end (ggml's CPU flash
-attention; Gemma 3's prefill on this CPU even without it, see docs/engine.md). So in exact mode
+attention; Gemma 3's prefill on this CPU even without it, see bench_results/notes/engine-exactness.md). So in exact mode
 every prompt is cut by a plan that is a function of the request alone: chunk ends at every
 multiple of ALIGNED_CHUNK from position 0, plus boundaries the request declares (a scoring
 request declares where its scored part starts, so that all requests scoring continuations of one

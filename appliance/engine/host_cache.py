@@ -27,7 +27,8 @@ from appliance.engine.llama_native import read_sequence_state, sequence_floor
 
 #: Host memory (MB) a model's saved caches may take when models.toml does not set `host_cache_mb`. At
 #: 512 MB, PingPong at 64 conversations on 32 slots prefilled 1.65x its distinct tokens and cost 1.19x
-#: per conversation what 16 did; at 4,096 MB, 1.29x and 0.98x (docs/engine.md, "Cost as the work grows").
+#: per conversation what 16 did; at 4,096 MB, 1.29x and 0.98x
+#: (bench_results/notes/engine-end-to-end.md, "Cost as the work grows").
 DEFAULT_BUDGET_MB = 4096
 
 
