@@ -21,7 +21,7 @@ _EXPORTS = {
     "GenerationRequest": "appliance.engine.types",
     "Message": "appliance.engine.types",
     "ResolvedSampling": "appliance.engine.types",
-    "Sampling": "appliance.engine.types",
+    "Sampling": "appliance.sampling",
     "ScoringRequest": "appliance.engine.types",
     "ScoredText": "appliance.engine.types",
     "TokenScores": "appliance.engine.types",
@@ -56,7 +56,7 @@ _EXPORTS = {
     "load_family": "appliance.scenarios.registry",
     "RunView": "appliance.store.run_view",
     "Store": "appliance.store.store",
-    "Panel": "appliance.judging.panels",
+    "Panel": "appliance.panels",
     "JudgeTemplate": "appliance.judging.templates",
     "RatingTemplate": "appliance.judging.templates",
     "LikertTemplate": "appliance.judging.templates",
@@ -153,14 +153,12 @@ if TYPE_CHECKING:
         GenerationRequest,
         Message,
         ResolvedSampling,
-        Sampling,
         ScoredText,
         ScoringRequest,
         TokenScores,
     )
     from appliance.episodes import EpisodeContext, EpisodeKey
     from appliance.errors import ApplianceError
-    from appliance.judging.panels import Panel
     from appliance.judging.scoring import scoring_features
     from appliance.judging.templates import (
         JudgeTemplate,
@@ -171,10 +169,12 @@ if TYPE_CHECKING:
         load_judge_template,
     )
     from appliance.judging.verdicts import ask_judge, judge_pair
+    from appliance.panels import Panel
     from appliance.planning import RunRequest, plan_run
     from appliance.pool import ModelPool
     from appliance.run_config import RunConfig
     from appliance.runner import Runner, RunSummary
+    from appliance.sampling import Sampling
     from appliance.sandbox.cases import TestCase
     from appliance.sandbox.limits import SandboxLimits
     from appliance.sandbox.run import run_tests

@@ -19,12 +19,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from appliance.engine.registry import backend_names
-from appliance.engine.synthetic import SyntheticShape, resolve_shape
-from appliance.engine.types import Sampling
+from appliance.backends import backend_names
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.model_parts import join_parts, joined_target, part_files
 from appliance.paths import staging_path
+from appliance.sampling import Sampling
+from appliance.synthetic_shapes import SyntheticShape, resolve_shape
 from appliance.tomlfile import read_toml
 
 ChatFormat = Literal["gguf", "plain"]

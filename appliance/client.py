@@ -17,11 +17,11 @@ from appliance.engine.types import (
     GenerationRequest,
     Message,
     ResolvedSampling,
-    Sampling,
     ScoredText,
     ScoringRequest,
     TokenScores,
 )
+from appliance.sampling import Sampling
 from appliance.scheduler import Scheduler
 
 

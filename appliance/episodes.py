@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from appliance.client import ModelClient, RoleBinding
-from appliance.engine.types import Completion, Message, Sampling
+from appliance.engine.types import Completion, Message
+from appliance.sampling import Sampling
 from appliance.scheduler import Scheduler
 from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
 

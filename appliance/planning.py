@@ -13,7 +13,7 @@ from typing import Any
 
 from appliance.catalog import Catalog
 from appliance.errors import ApplianceError
-from appliance.judging.panels import get_panel
+from appliance.panels import get_panel
 from appliance.paths import judges_dir
 from appliance.run_config import RunConfig
 from appliance.scenarios.registry import FamilyEntry

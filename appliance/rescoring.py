@@ -16,7 +16,7 @@ from appliance.client import derive_seed
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeContext, EpisodeKey, pair_label
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, episode_roles
 from appliance.run_config import RunConfig

@@ -11,9 +11,9 @@ from typing import Protocol
 from appliance.catalog import Catalog, ModelSpec
 from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
-from appliance.engine.types import Sampling
 from appliance.episodes import table_role
 from appliance.run_config import SupportRole
+from appliance.sampling import Sampling
 
 
 class BackendFactory(Protocol):

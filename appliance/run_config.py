@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.sharding import Shard
 
 #: roles other than "player", "partner" and the judges that a family may need a model for

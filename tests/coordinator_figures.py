@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.catalog import load_catalog
 from appliance.cluster import ClusterOptions
-from appliance.judging.panels import get_panel
+from appliance.panels import get_panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

@@ -26,7 +26,7 @@ from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.pool import ModelPool
 from appliance.run_config import RunConfig
 from appliance.runner import Runner

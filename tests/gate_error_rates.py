@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance.catalog import load_catalog
 from appliance.compare.gate import Comparison, Thresholds, compare_runs
 from appliance.engine.types import GenerationRequest
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.catalog import Catalog, load_catalog
-from appliance.judging.panels import get_panel
+from appliance.panels import get_panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import family_entry, family_names, load_family

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from appliance.catalog import load_catalog
 from appliance.engine.types import GenerationRequest
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from appliance import backends as backend_registry
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.client import RoleBinding
-from appliance.engine import registry as backend_registry
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.scripted import ScriptedBackend
@@ -142,6 +142,14 @@ LAYERS = {
     "appliance.scenarios": {"appliance.runner", "appliance.cli", "appliance.calibration", "appliance.rescoring"},
     "appliance.calibration": {"appliance.runner", "appliance.cli", "appliance.rescoring"},
     "appliance.roles": {"appliance.runner", "appliance.calibration", "appliance.cli"},
+    # what a run is configured with sits under what reads it: models.toml's entries (the catalog, sampling,
+    # synthetic shapes, the names of backends), the judge panels and the run's config
+    "appliance.catalog": {"appliance.engine", "appliance.judging", "appliance.store"},
+    "appliance.sampling": {"appliance.engine", "appliance.catalog"},
+    "appliance.synthetic_shapes": {"appliance.engine", "appliance.catalog"},
+    "appliance.backends": {"appliance.engine", "appliance.catalog"},
+    "appliance.panels": {"appliance.engine", "appliance.judging", "appliance.catalog"},
+    "appliance.run_config": {"appliance.engine", "appliance.judging", "appliance.store"},
 }
 
 
@@ -244,9 +252,10 @@ def test_backends_are_known_by_name_and_imported_only_when_opened() -> None:
     first opener asked for imports its own module only."""
     statement = (
         "import sys; from appliance.catalog import load_catalog; load_catalog('models.toml'); "
-        "from appliance.engine.registry import backend_names; names = backend_names(); "
+        "assert not [m for m in sys.modules if m.startswith('appliance.engine')], 'the catalog loaded the engine'; "
+        "from appliance.backends import backend_names; names = backend_names(); "
         "heavy = [m for m in ('llama_cpp', 'torch', 'vllm', 'transformers') if m in sys.modules]; "
-        "from appliance.engine.registry import hosts_adapters; hosts_adapters('transformers'); "
+        "from appliance.backends import hosts_adapters; hosts_adapters('transformers'); "
         "print(names, heavy, 'llama_cpp' in sys.modules, 'appliance.engine.transformers_backend' in sys.modules, "
         "sep='|')"
     )

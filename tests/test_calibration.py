@@ -20,8 +20,8 @@ from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.judging.panels import Panel
 from appliance.labels import read_labels
+from appliance.panels import Panel
 from appliance.roles import BackendFactory
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import write_label_set

@@ -20,13 +20,14 @@ from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
-from appliance.engine.types import GenerationRequest, Sampling, TokenScores
+from appliance.engine.types import GenerationRequest, TokenScores
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.rescoring import rescore_run
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
+from appliance.sampling import Sampling
 from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from appliance.catalog import load_catalog
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

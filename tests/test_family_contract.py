@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from appliance.catalog import load_catalog
-from appliance.judging.panels import get_panel
+from appliance.panels import get_panel
 from appliance.rescoring import rescore_run
 from appliance.run_config import RunConfig
 from appliance.runner import Runner

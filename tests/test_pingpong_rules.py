@@ -15,7 +15,7 @@ from rich.console import Console
 from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores

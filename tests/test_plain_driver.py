@@ -12,7 +12,7 @@ from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
 from appliance.bench.plain_driver import plain_pingpong
 from appliance.catalog import load_catalog
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

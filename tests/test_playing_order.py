@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.catalog import load_catalog
-from appliance.judging.panels import get_panel
+from appliance.panels import get_panel
 from appliance.pool import ModelPool
 from appliance.run_config import RunConfig
 from appliance.runner import Runner

@@ -1,4 +1,5 @@
-from appliance.engine.types import ResolvedSampling, Sampling
+from appliance.engine.types import ResolvedSampling
+from appliance.sampling import Sampling
 
 
 def test_later_layers_win_field_by_field() -> None:

@@ -50,7 +50,6 @@ from appliance.engine.types import (
 )
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel, load_panels
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
 from appliance.judging.templates import (
     PairwiseTemplate,
@@ -62,6 +61,7 @@ from appliance.judging.templates import (
 from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels import read_labels
 from appliance.labels.model import HumanLabel, LabelKind, LabelSet
+from appliance.panels import Panel, load_panels
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily

@@ -13,7 +13,7 @@ from appliance.catalog import load_catalog
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family

@@ -15,9 +15,9 @@ from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
 from appliance.judging.templates import RatingTemplate
 from appliance.judging.verdicts import PairVerdict, ask_judge
+from appliance.panels import Panel
 from appliance.rescoring import rescore_run
 from appliance.run_config import RunConfig
 from appliance.runner import Runner

@@ -10,15 +10,16 @@ import pytest
 
 from appliance.bench.e2e import sequential_backend
 from appliance.catalog import load_catalog
-from appliance.engine.synthetic import PRESETS, ByteTokens
+from appliance.engine.synthetic import ByteTokens
 from appliance.engine.transformers_backend import TransformersBackend, transformers_backend_for
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
+from appliance.synthetic_shapes import PRESETS
 from tests.test_cli import REPO, assert_clean_error, cli
 
 TINY = "{ layers = 2, hidden_size = 64, heads = 4, kv_heads = 2, vocab_size = 512 }"

@@ -50,7 +50,7 @@ from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.runner import package_versions
 from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily

@@ -26,7 +26,7 @@ from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.factory import open_backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
 from appliance.scenarios.base import ScenarioFamily

@@ -21,8 +21,8 @@ from appliance.bench.rss import PeakRss
 from appliance.catalog import Catalog
 from appliance.client import ModelClient
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
 from appliance.judging.scoring import scoring_features
+from appliance.panels import Panel
 from appliance.pool import ModelPool
 from appliance.roles import episode_roles
 from appliance.scenarios.pingpong.family import (

@@ -29,7 +29,7 @@ from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
 from appliance.catalog import Catalog, load_catalog
 from appliance.errors import ApplianceError, first_line
-from appliance.judging.panels import Panel, get_panel
+from appliance.panels import Panel, get_panel
 from appliance.paths import judges_dir
 from appliance.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family

@@ -34,9 +34,9 @@ from appliance.bench.scoring import ScoringBench, scoring_bench
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel
-from appliance.judging.panels import Panel
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import LikertTemplate, load_judge_template
+from appliance.panels import Panel
 from appliance.paths import judges_dir
 from appliance.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family

@@ -27,8 +27,8 @@ import numpy as np
 from appliance.calibration.combiner import FeaturePanel
 from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
-from appliance.judging.panels import Panel
 from appliance.judging.templates import REFUSAL, load_conversation_template, load_judge_template
+from appliance.panels import Panel
 from appliance.paths import judges_dir
 from appliance.scenarios.base import Family, JudgedFamily, ScenarioFamily
 from appliance.store import JudgmentRecord, ScoreRecord, Store

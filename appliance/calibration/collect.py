@@ -17,12 +17,12 @@ from collections.abc import Callable
 from appliance.catalog import Catalog
 from appliance.client import EpisodeFailed, ModelClient, derive_seed
 from appliance.engine.factory import open_backend
-from appliance.judging.panels import Panel
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
+from appliance.panels import Panel
 from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, bind_role
 from appliance.scheduler import Scheduler

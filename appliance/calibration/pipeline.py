@@ -28,10 +28,10 @@ from appliance.calibration.transfer import check_transfer, find_calibration, tra
 from appliance.catalog import Catalog
 from appliance.engine.factory import open_backend
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, load_judge_template
 from appliance.labels.model import PAIRWISE_CRITERION, LabelItem, LabelSet
+from appliance.panels import Panel
 from appliance.roles import BackendFactory
 from appliance.store import Store
 from appliance.store.labels import load_label_set, write_calibration

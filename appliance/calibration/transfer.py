@@ -21,8 +21,8 @@ from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibr
 from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.calibration.tables import ItemTable
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
 from appliance.judging.templates import JudgeTemplate
+from appliance.panels import Panel
 from appliance.store import Store
 from appliance.store.labels import find_calibration_record
 from appliance.store.records import CalibrationRecord

@@ -20,7 +20,7 @@ from appliance.cli.options import (
     load_panel,
 )
 from appliance.errors import ApplianceError
-from appliance.judging.panels import Panel
+from appliance.panels import Panel
 from appliance.store import Store
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from appliance.catalog import Catalog, load_catalog
-from appliance.judging.panels import Panel, get_panel
+from appliance.panels import Panel, get_panel
 from appliance.paths import default_models_file, judges_dir
 
 # Piped output (CI logs, tests) gets a wide console so tables are not truncated.

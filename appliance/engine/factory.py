@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import cast
 
+from appliance.backends import backend_opener, hosts_adapters
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import Backend
-from appliance.engine.registry import backend_opener, hosts_adapters
 
 
 def open_backend(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
     """Load the model of `spec`; `parallel` bounds how many sequences are worth a slot."""
-    return backend_opener(spec.backend)(catalog, spec, parallel)
+    return cast(Backend, backend_opener(spec.backend)(catalog, spec, parallel))
 
 
 def open_adapter_host(catalog: Catalog, base: ModelSpec, adapters: Sequence[ModelSpec], *, parallel: int) -> Backend:
     """One backend for `base` and every entry of `adapters` (LoRAs of it): a request for an adapter
     carries the adapter's entry name (`GenerationRequest.adapter`), one without plays the base."""
-    return backend_opener(base.backend)(catalog, base, parallel, adapters=adapters)
+    return cast(Backend, backend_opener(base.backend)(catalog, base, parallel, adapters=adapters))
 
 
 def hosted_adapters(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import llama_cpp as C
 
+from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
@@ -31,7 +32,6 @@ from appliance.engine.llama_native import (
     default_threads,
     sequence_floor,
 )
-from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, Message, ScoredText, TokenScores
 from appliance.errors import ApplianceError

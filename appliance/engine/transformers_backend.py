@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
@@ -34,9 +35,8 @@ from appliance.engine.hf_loading import (
     peft_adapter_folder,
     with_peft_adapters,
 )
-from appliance.engine.registry import register_backend
 from appliance.engine.scoring import ScoringError, plan_for_request, refused_scoring, scored_completion
-from appliance.engine.synthetic import ByteTokens, SyntheticShape, build_synthetic_model
+from appliance.engine.synthetic import ByteTokens, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
     DecodeBatch,
@@ -46,6 +46,7 @@ from appliance.engine.transformers_batching import (
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest
+from appliance.synthetic_shapes import SyntheticShape
 
 
 class TransformersBackend:

@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
-from appliance.engine.registry import register_backend
 from appliance.engine.scoring import (
     ScoringError,
     ScoringPlan,

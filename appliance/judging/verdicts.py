@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from appliance.client import ModelClient
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Message
 from appliance.episodes import EpisodeContext
 from appliance.judging.expected_rating import read_roles, read_verdict
 from appliance.judging.fitting import first_that_fits
@@ -28,6 +28,7 @@ from appliance.judging.templates import (
     YesNoTemplate,
     judge_messages,
 )
+from appliance.sampling import Sampling
 from appliance.store.records import JudgmentRecord
 
 PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Message
 from appliance.episodes import EpisodeContext
+from appliance.sampling import Sampling
 from appliance.scenarios import FamilyEntry, Instance, LoadRequest, ScenarioFamily, register_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.stats import bootstrap_interval

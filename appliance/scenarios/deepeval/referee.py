@@ -16,8 +16,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Message
 from appliance.episodes import EpisodeContext
+from appliance.sampling import Sampling
 
 REFEREE = "Referee"
 

@@ -19,7 +19,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.client import ContextFull
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Message
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, ScoringTemplate
@@ -33,6 +33,7 @@ from appliance.judging.templates import (
     render,
 )
 from appliance.run_config import SupportRole
+from appliance.sampling import Sampling
 from appliance.scenarios.base import Instance, JudgedFamily
 from appliance.scenarios.pingpong.judging import (
     JUDGING_FILE,

@@ -23,12 +23,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from appliance.client import EpisodeFailed
-from appliance.engine.types import Message, Sampling
+from appliance.engine.types import Message
 from appliance.episodes import EpisodeContext
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ScoringTemplate
 from appliance.judging.templates import ConversationTemplate, LikertTemplate, render
 from appliance.judging.verdicts import ask_judge
+from appliance.sampling import Sampling
 from appliance.store.records import JudgmentRecord, MessageRecord
 
 JudgingMode = Literal["conversation", "turn"]

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from appliance.engine.types import Completion, Message, Sampling
+from appliance.engine.types import Completion, Message
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import render
+from appliance.sampling import Sampling
 from appliance.scenarios.base import RULE_SCORER, Instance, ScenarioFamily
 from appliance.scenarios.simulatebench.answers import option_letters, parse_choice
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy

@@ -1,5 +1,8 @@
 """The backends the engine knows, by name, without importing them.
 
+It sits below the catalog (which checks every entry's `backend`) and the engine (whose backend modules
+register here), so neither reaches up to the other.
+
 A backend is one module `appliance/engine/<name>_backend.py` that calls `register_backend` when it
 is imported. Its name is known from the file name alone, so listing the backends (the catalog checks
 every entry's `backend`) imports no backend library; the module, with llama.cpp, torch or vLLM
@@ -12,14 +15,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
-from appliance.engine.backend import Backend
 from appliance.errors import ApplianceError
 
 #: (catalog, the model's entry, episodes live at once) -> a loaded backend. Typed loosely here, so that
 #: the catalog (which checks backend names) can import this module; `factory.open_backend` is the typed call.
-BackendOpener = Callable[..., Backend]
+BackendOpener = Callable[..., Any]
 OpenerT = TypeVar("OpenerT", bound=BackendOpener)
 PACKAGE = "appliance.engine"
 MODULE_SUFFIX = "_backend"
@@ -54,8 +57,8 @@ def register_backend(name: str, *, hosts_adapters: bool = False) -> Callable[[Op
 
 def backend_names() -> list[str]:
     """Every backend: the modules by file name (none imported), and any registered in this process."""
-    package = importlib.import_module(PACKAGE)
-    modules = [m.name for m in pkgutil.iter_modules(package.__path__) if m.name.endswith(MODULE_SUFFIX)]
+    folder = Path(__file__).resolve().parent / PACKAGE.rsplit(".", 1)[-1]
+    modules = [m.name for m in pkgutil.iter_modules([str(folder)]) if m.name.endswith(MODULE_SUFFIX)]
     return sorted({name.removesuffix(MODULE_SUFFIX) for name in modules} | set(OPENERS))
 
 
