@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from appliance.client import ModelClient, RoleBinding
 from appliance.engine.types import Completion, Message
 from appliance.sampling import Sampling
 from appliance.scheduler import Scheduler
-from appliance.store.records import JudgmentRecord, MessageRecord, ScoreRecord
+from appliance.store.records import EpisodeRecord, JudgmentRecord, MessageRecord, ScoreRecord
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,24 @@ class EpisodeKey:
     @property
     def seed_key(self) -> str:
         return f"{self.scenario}:{self.instance_id}:{self.label}"
+
+
+def imported_episode(key: EpisodeKey, at: datetime, **results: Any) -> EpisodeRecord:
+    """An episode read from another system's published results: finished, as of `at`, not played here
+    (seed 0, no wall time); `results` holds what the results say (metadata, judgments, scores, models)."""
+    return EpisodeRecord(
+        episode_id=key.id,
+        run_id=key.run_id,
+        scenario=key.scenario,
+        instance_id=key.instance_id,
+        player=key.label,
+        status="finished",
+        seed=0,
+        started_at=at,
+        finished_at=at,
+        wall_s=0.0,
+        **results,
+    )
 
 
 def pair_label(player: str, partner: str) -> str:

@@ -164,6 +164,14 @@ def test_bad_input_leaves_stored_runs_intact(tiny_run: TinyRun, tmp_path: Path) 
     assert cli("report", "--db", db).returncode == 0
 
 
+def test_a_command_line_click_refuses_is_one_line_with_exit_code_2() -> None:
+    """Unknown options and commands, a missing required option and a value of the wrong type."""
+    assert_clean_error(cli("run", "--no-such-option"), "--no-such-option")
+    assert_clean_error(cli("no-such-command"), "no-such-command")
+    assert_clean_error(cli("bench", "backend", "transformers"), "--model")
+    assert_clean_error(cli("run", "--parallel", "many"), "--parallel")
+
+
 def test_missing_models_file(tmp_path: Path) -> None:
     assert_clean_error(cli("models", "list", "--models", str(tmp_path / "none.toml")), "none.toml", "not found")
 

@@ -32,7 +32,7 @@ from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
 from appliance.scenarios.deepeval.code_review import extract_code, load_problems, review_is_done
-from appliance.scenarios.deepeval.family import DeepEvalData
+from appliance.scenarios.deepeval.family import TASK_RULES, DeepEvalData, task_rules
 from appliance.scenarios.deepeval.public_goods import parse_investment, settle_round
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.render import print_deepeval_report
@@ -50,6 +50,15 @@ MODELS = ["smollm2-135m", "gemma3-270m"]
 IDIOMS = read_word_list(DATA / "idioms.txt", "idiom", idiom_dictionary())
 WORDS = read_word_list(DATA / "words.txt", "english", noun_dictionary())
 PROBLEMS = load_problems(DATA / "code_problems.toml")
+
+
+def test_every_task_has_rules_and_only_writer_editor_tasks_are_judged() -> None:
+    from appliance.scenarios.deepeval.tasks import TASKS
+
+    assert set(TASK_RULES) == set(TASKS)
+    assert {task for task, rules in TASK_RULES.items() if rules.judge is not None} == {"code_review", "translation"}
+    with pytest.raises(ValueError, match="unknown DeepEval task 'chess'"):
+        task_rules("chess")
 
 
 def test_public_goods_payoffs_follow_the_rules() -> None:

@@ -246,15 +246,15 @@ def test_a_copied_cache_is_in_place_before_its_state_is_saved(model: str) -> Non
 
     backend = LlamaCppBackend(_model_path(model), name=model, context_length=1024, slots=3, chat_format="plain")
     try:
-        assert backend.stream_copies == (model == "gemma3-270m")
+        assert backend.caches.stream_copies == (model == "gemma3-270m")
         source, copy, elsewhere = backend.slots
         _run(backend, [GenerationRequest(prompt=BACKGROUND[::-1], sampling=GREEDY)])  # slot 0: another text
-        backend._copy(backend.slots[0], copy)
+        backend.caches.copy(backend.slots[0], copy)
         backend.forget_caches()
         _run(backend, [GenerationRequest(prompt="Name a fruit that is yellow." + BACKGROUND, sampling=GREEDY)])
         assert source.cached and not copy.cached
-        backend._copy(source, copy)
-        backend._flush_copies()
+        backend.caches.copy(source, copy)
+        backend.caches.flush_copies()
         state, written = read_sequence_state(backend.context, copy.seq_id)
         assert C.llama_state_seq_set_data(backend.context, state, written, elsewhere.seq_id) == written
         end = len(source.cached)
@@ -359,7 +359,7 @@ def test_a_sliding_window_cache_serves_a_cut_prefix_only_where_it_holds_the_wind
     cold = LlamaCppBackend(path, name="cold", context_length=1024, slots=1, host_cache_mb=0, chat_format="plain")
     try:
         scored_first = _run(backend, [first])[0]
-        assert scored_first.prompt_tokens > backend.window + 2 * ALIGNED_CHUNK
+        assert scored_first.prompt_tokens > backend.caches.window + 2 * ALIGNED_CHUNK
         _run(backend, [other])
         if slots == 2:
             assert backend.counters.moved_caches == 1
@@ -372,7 +372,7 @@ def test_a_sliding_window_cache_serves_a_cut_prefix_only_where_it_holds_the_wind
         cold.close()
     assert warm.scores == alone.scores
     if slots == 2:
-        assert warm.cached_prompt_tokens >= backend.window
+        assert warm.cached_prompt_tokens >= backend.caches.window
     else:
         assert warm.cached_prompt_tokens == 0
 

@@ -67,7 +67,7 @@ def test_the_decode_only_bench_measures_any_llama_cpp_entry(tmp_path: Path, tiny
     entry = f'path = "{tiny_gguf}"\n'
     models.write_text(f"[models.tiny]\n{entry}\n[models.tiny-gpu]\n{entry}gpu_layers = -1\n")
     out = tmp_path / "bench"
-    result = cli("bench", "--decode-only", "--quick", "--model", "tiny", "--models", str(models), "--out", str(out),
+    result = cli("bench", "decode", "--quick", "--model", "tiny", "--models", str(models), "--out", str(out),
                  "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
@@ -80,7 +80,7 @@ def test_the_decode_only_bench_measures_any_llama_cpp_entry(tmp_path: Path, tiny
 
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python build offloads to a GPU: the refusal cannot be shown here")
-    refused = cli("bench", "--decode-only", "--quick", "--model", "tiny-gpu", "--models", str(models))
+    refused = cli("bench", "decode", "--quick", "--model", "tiny-gpu", "--models", str(models))
     assert_clean_error(refused, "tiny-gpu", "gpu_layers")
 
 
@@ -93,7 +93,7 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     entry = f'path = "{tiny_gguf}"\ncontext_length = 2048\nchat_format = "gguf"\nslots = 1\n'
     models.write_text(f"[models.smollm2-135m]\n{entry}\n[models.gemma3-270m]\n{entry}")
     out = tmp_path / "bench"
-    result = cli("bench", "--scaling", "1,2", "--quick", "--turns", "1", "--models", str(models), "--out", str(out),
+    result = cli("bench", "scaling", "1,2", "--quick", "--turns", "1", "--models", str(models), "--out", str(out),
                  "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
@@ -119,8 +119,7 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     assert [int(row.split("|")[8]) for row in rows] == distinct
     assert [int(row.split("|")[12]) for row in rows] == [p["evicted_tokens"] for p in points]
     assert [float(row.split("|")[14]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
-    assert_clean_error(cli("bench", "--scaling", "16,x", "--models", str(models)), "--scaling", "'x'")
-    assert_clean_error(cli("bench", "--scaling", "0", "--models", str(models)), "--scaling", "'0'")
-    assert_clean_error(
-        cli("bench", "--scaling", "4", "--conversations", "2", "--models", str(models)), "--conversations"
-    )
+    assert_clean_error(cli("bench", "scaling", "16,x", "--models", str(models)), "SIZES", "'x'")
+    assert_clean_error(cli("bench", "scaling", "0", "--models", str(models)), "SIZES", "'0'")
+    # the sizes are the conversation counts: the option does not exist here
+    assert_clean_error(cli("bench", "scaling", "4", "--conversations", "2", "--models", str(models)), "--conversations")

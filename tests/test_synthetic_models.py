@@ -1,4 +1,4 @@
-"""Synthetic-weight models: built on CPU from a shape, usable by `appliance bench --backend transformers`,
+"""Synthetic-weight models: built on CPU from a shape, usable by `appliance bench backend transformers`,
 refused for every role of a run, a rescoring and a calibration."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_a_run_refuses_a_synthetic_model_in_any_role(tmp_path: Path) -> None:
 def test_bench_runs_on_cpu_with_the_transformers_backend(tmp_path: Path) -> None:
     models = models_with_synthetic(tmp_path)
     out = tmp_path / "bench"
-    result = cli("bench", "--backend", "transformers", "--model", "tiny", "--models", str(models), "--quick",
+    result = cli("bench", "backend", "transformers", "--model", "tiny", "--models", str(models), "--quick",
                  "--out", str(out), "--json", "--repeats", "2", "--conversations", "3")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
@@ -100,11 +100,11 @@ def test_bench_runs_on_cpu_with_the_transformers_backend(tmp_path: Path) -> None
 
 def test_bench_backend_and_model_mistakes_are_one_line(tmp_path: Path) -> None:
     models = models_with_synthetic(tmp_path)
-    assert_clean_error(cli("bench", "--backend", "onnx", "--model", "tiny", "--models", str(models)), "--backend")
-    assert_clean_error(cli("bench", "--backend", "transformers", "--models", str(models)), "--model")
-    wrong = cli("bench", "--backend", "transformers", "--model", "smollm2-135m", "--models", str(models))
+    assert_clean_error(cli("bench", "backend", "onnx", "--model", "tiny", "--models", str(models)), "BACKEND", "onnx")
+    assert_clean_error(cli("bench", "backend", "transformers", "--models", str(models)), "--model")
+    wrong = cli("bench", "backend", "transformers", "--model", "smollm2-135m", "--models", str(models))
     assert_clean_error(wrong, "--model", "llama_cpp")
-    sampled = cli("bench", "--backend", "vllm", "--model", "smollm2-135m-vllm", "--panel", "sampled")
+    sampled = cli("bench", "backend", "vllm", "--model", "smollm2-135m-vllm", "--panel", "sampled")
     assert_clean_error(sampled, "--panel", "'sampled' samples verdicts")
     bad = tmp_path / "bad.toml"
     bad.write_text('[models.x]\nsynthetic = "llama-1b"\n')

@@ -1,6 +1,6 @@
 """Workload: a sweep of LoRA checkpoints in one run against one run per model, the way a lab runs it.
 
-`appliance bench --adapters SWEEP` plays the same instances twice through the real CLI, each arm in
+`appliance bench adapters SWEEP` plays the same instances twice through the real CLI, each arm in
 fresh processes so that every peak RSS is that process's own: once with the base and every
 checkpoint as players of one run (the base's weights loaded once, a llama.cpp context per adapter),
 once as one run per model. It reports wall time and peak RSS per process and checks that both arms
@@ -55,7 +55,7 @@ class AdapterBench(BaseModel):
 def run_adapter_bench(catalog: Catalog, sweep: str, scenario: str, limit: int) -> AdapterBench:
     if sweep not in catalog.sweeps:
         known = ", ".join(sorted(catalog.sweeps)) or "none"
-        raise ApplianceError(f"--adapters: '{sweep}' is not a sweep (an entry with `adapters = ...`; known: {known})")
+        raise ApplianceError(f"SWEEP: '{sweep}' is not a sweep (an entry with `adapters = ...`; known: {known})")
     checkpoints = catalog.sweeps[sweep]
     base = str(catalog.get(checkpoints[0]).base)
     players = [base, *checkpoints]
@@ -111,7 +111,7 @@ def _play(
 def render_adapter_bench(bench: AdapterBench) -> str:
     alone_wall = sum(process.wall_s for process in bench.run_per_model)
     lines = [
-        f"# appliance bench --adapters {bench.sweep} ({bench.bench_id})",
+        f"# appliance bench adapters {bench.sweep} ({bench.bench_id})",
         "",
         f"Machine: {bench.machine.get('cpu')}, {bench.machine.get('cores')} cores, "
         f"{bench.machine.get('memory_gb')} GB; llama-cpp-python {bench.versions.get('llama-cpp-python')}.",

@@ -1,4 +1,4 @@
-"""`appliance bench --backend transformers|vllm --model NAME`: the engine's throughput on another backend.
+"""`appliance bench backend transformers|vllm --model NAME`: the engine's throughput on another backend.
 
 The same workloads as the llama.cpp bench, through the `Backend` interface:
 
@@ -503,7 +503,6 @@ def write_backend_outputs(report: BackendBenchReport, folder: Path) -> tuple[Pat
 def render_backend_markdown(report: BackendBenchReport) -> str:
     device = report.device
     kind = "synthetic weights" if report.synthetic else "real weights"
-    peers = sorted({arm for point in report.decode for arm in point.peers})
     ceiling = report.bandwidth_ceiling_tokens_per_s
     lines = [
         f"# appliance bench {report.bench_id}",
@@ -515,21 +514,7 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         + f"); torch {report.versions.get('torch')}, transformers {report.versions.get('transformers')}. "
         f"Total {report.wall_s:.0f} s.",
         "",
-        "## Decode (greedy, EOS ignored, prefill included)",
-        "",
-        "| sequences | engine tok/s | bare loop tok/s | engine / bare |"
-        + "".join(f" {arm} tok/s | engine / {arm} |" for arm in peers),
-        "| ---: | ---: | ---: | ---: |" + " ---: | ---: |" * len(peers),
-        *[
-            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | "
-            + (f"{p.bare_tokens_per_s:.1f} | {p.ratio:.2f} |" if p.bare_tokens_per_s and p.ratio else "- | - |")
-            + "".join(
-                f" {p.peers[arm]:.1f} | {p.engine_tokens_per_s / p.peers[arm]:.2f} |" if arm in p.peers else " - | - |"
-                for arm in peers
-            )
-            for p in report.decode
-        ],
-        "",
+        *_decode_lines(report),
         "## Prefill",
         "",
         "| sequences | prompt tokens | engine tok/s | one batched forward tok/s |",
@@ -551,6 +536,28 @@ def render_backend_markdown(report: BackendBenchReport) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _decode_lines(report: BackendBenchReport) -> list[str]:
+    """The decode table: the engine against the backend's bare loop and every peer arm (llama.cpp)."""
+    peers = sorted({arm for point in report.decode for arm in point.peers})
+    return [
+        "## Decode (greedy, EOS ignored, prefill included)",
+        "",
+        "| sequences | engine tok/s | bare loop tok/s | engine / bare |"
+        + "".join(f" {arm} tok/s | engine / {arm} |" for arm in peers),
+        "| ---: | ---: | ---: | ---: |" + " ---: | ---: |" * len(peers),
+        *[
+            f"| {p.sequences} | {p.engine_tokens_per_s:.1f} | "
+            + (f"{p.bare_tokens_per_s:.1f} | {p.ratio:.2f} |" if p.bare_tokens_per_s and p.ratio else "- | - |")
+            + "".join(
+                f" {p.peers[arm]:.1f} | {p.engine_tokens_per_s / p.peers[arm]:.2f} |" if arm in p.peers else " - | - |"
+                for arm in peers
+            )
+            for p in report.decode
+        ],
+        "",
+    ]
 
 
 def _invariance_lines(check: InvarianceCheck) -> list[str]:

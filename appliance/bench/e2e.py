@@ -393,7 +393,11 @@ def end_to_end(
 
 
 def markdown_lines(e2e: EndToEndResult) -> list[str]:
-    """The end-to-end table: each arm's time, tokens and where its time went."""
+    """The end-to-end table: each arm's time, tokens and where its time went; then what comparing the arms found."""
+    return _arms_table(e2e) + _comparisons(e2e)
+
+
+def _arms_table(e2e: EndToEndResult) -> list[str]:
     arms = [("appliance", e2e.appliance), ("sequential, single-slot prefix reuse (baseline)", e2e.baseline)]
     if e2e.stateless is not None:
         arms.append(("sequential, nothing reused", e2e.stateless))
@@ -401,7 +405,6 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         arms.append(("plain driver: each phase one batch, no scheduler or store", e2e.plain))
     if e2e.llama_cpp is not None:
         arms.append(("the appliance on llama.cpp, the same GGUFs in every role", e2e.llama_cpp))
-    cold = f"; {e2e.speedup_vs_stateless:.2f}x against nothing reused" if e2e.speedup_vs_stateless else ""
     return [
         f"## End to end: PingPong, {e2e.conversations} conversations x {e2e.turns} turns, judges {e2e.panel}",
         "",
@@ -421,6 +424,12 @@ def markdown_lines(e2e: EndToEndResult) -> list[str]:
         "is the process's highest resident memory during the arm (the kernel's mark reset as it began), on top "
         "of what it held at the start.",
         "",
+    ]
+
+
+def _comparisons(e2e: EndToEndResult) -> list[str]:
+    cold = f"; {e2e.speedup_vs_stateless:.2f}x against nothing reused" if e2e.speedup_vs_stateless else ""
+    return [
         *(
             [
                 f"The appliance prefilled {e2e.appliance.prefill_tokens} tokens for "

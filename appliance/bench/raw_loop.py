@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import llama_cpp as C
 
-from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads, greedy_token
+from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads, greedy_token, new_context
 
 
 @dataclass(frozen=True)
@@ -40,15 +40,16 @@ def raw_batched_decode(
 ) -> DecodeTiming:
     """Prefill every prompt, then decode `new_tokens` greedy tokens for each (EOS ignored)."""
     count = len(prompts)
-    params = C.llama_context_default_params()
-    params.n_ctx = context_length * count
-    params.n_batch = params.n_ubatch = batch_tokens
-    params.n_seq_max = count
-    params.kv_unified = kv_unified
-    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = threads or default_threads()
-    params.no_perf = True
-    context = C.llama_init_from_model(model.handle, params)
+    context = new_context(
+        model,
+        model.name,
+        sequences=count,
+        context_length=context_length,
+        batch_tokens=batch_tokens,
+        threads=threads or default_threads(),
+        kv_unified=kv_unified,
+        flash_attention=flash_attention,
+    )
     batch = TokenBatch(max(batch_tokens, count))
     try:
         started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Workload: the end-to-end PingPong workload at growing sizes, the appliance alone.
 
-`appliance bench --scaling 16,64,256` plays the bench's end-to-end workload (greedy PingPong, the
+`appliance bench scaling 16,64,256` plays the bench's end-to-end workload (greedy PingPong, the
 same player, interrogator, panel and seed) at each conversation count, every point in a fresh
 process (`python -m appliance.bench.scaling`) so that its peak RSS is its own. A point reports wall
 time, tokens computed per second, prefilled / distinct prompt tokens and peak RSS; the seconds per
@@ -176,7 +176,7 @@ def render_scaling_bench(bench: ScalingBench) -> str:
         for name, (slots, context, budget) in bench.engines.items()
     )
     lines = [
-        f"# appliance bench --scaling ({bench.bench_id})",
+        f"# appliance bench scaling ({bench.bench_id})",
         "",
         f"Machine: {bench.machine.get('cpu')}, {bench.machine.get('cores')} cores, "
         f"{bench.machine.get('memory_gb')} GB; llama-cpp-python {bench.versions.get('llama-cpp-python')}. "
@@ -213,7 +213,7 @@ def parse_sizes(text: str) -> list[int]:
     sizes: list[int] = []
     for part in text.split(","):
         if not part.strip().isdigit() or int(part) < 1:
-            raise ApplianceError(f"--scaling: '{part.strip()}' is not a conversation count (e.g. --scaling 16,64,256)")
+            raise ApplianceError(f"SIZES: '{part.strip()}' is not a conversation count (e.g. bench scaling 16,64,256)")
         sizes.append(int(part))
     return sizes
 

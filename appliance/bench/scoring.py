@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from appliance.client import ModelClient, RoleBinding
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads
+from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads, new_context
 from appliance.engine.scoring import log_softmax
 from appliance.engine.types import GenerationRequest
 from appliance.judging.scoring import scoring_features
@@ -99,18 +99,21 @@ def raw_prefill(
 ) -> float:
     """Seconds for bare `llama_decode` calls over every (tokens, first scored position), packed to the batch size,
     each scored row's logits normalised; one KV stream per sequence in flight."""
-    params = C.llama_context_default_params()
     longest = max(len(tokens) for tokens, _ in sequences)
     per_call = max(1, batch_tokens // max(1, longest))
-    params.n_ctx = (longest + 1) * per_call
-    params.n_batch = params.n_ubatch = max(batch_tokens, longest)
-    params.n_seq_max = per_call
-    params.kv_unified = True
-    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = threads or default_threads()
-    context = C.llama_init_from_model(model.handle, params)
+    call_tokens = max(batch_tokens, longest)
+    context = new_context(
+        model,
+        model.name,
+        sequences=per_call,
+        context_length=longest + 1,
+        batch_tokens=call_tokens,
+        threads=threads or default_threads(),
+        kv_unified=True,
+        flash_attention=flash_attention,
+    )
     memory = C.llama_get_memory(context)
-    batch = TokenBatch(params.n_batch)
+    batch = TokenBatch(call_tokens)
     try:
         started = time.perf_counter()
         for start in range(0, len(sequences), per_call):

@@ -182,7 +182,7 @@ def run_bench(
 
 
 class DecodeBenchReport(BenchRun):
-    """`appliance bench --decode-only`: the decode workload alone, for any llama_cpp entry (one offloaded
+    """`appliance bench decode`: the decode workload alone, for any llama_cpp entry (one offloaded
     to a GPU, or a synthetic-weight GGUF, where the end-to-end workload's panel is not at hand)."""
 
     model_hash: str

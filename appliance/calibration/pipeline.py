@@ -109,12 +109,7 @@ def build_table(
     judges: list[str],
 ) -> ItemTable:
     ids = [item.item_id for item in items]
-    row = {item_id: index for index, item_id in enumerate(ids)}
-    annotators = sorted({x.annotator for x in label_set.labels if x.criterion == criterion and x.item_id in row})
-    values = {a: np.full(len(ids), np.nan) for a in annotators}
-    for label in label_set.labels:
-        if label.criterion == criterion and label.item_id in row and label.value is not None:
-            values[label.annotator][row[label.item_id]] = label.value
+    values = _annotator_values(label_set, criterion, {item_id: index for index, item_id in enumerate(ids)})
     stacked = np.vstack(list(values.values()))
     pairwise = label_set.kind == "pairwise"
 
@@ -152,6 +147,16 @@ def build_table(
         features={j: columns for j, columns in by_judge.items() if columns},
         clusters=np.asarray([item.texts["context"] for item in items]) if shared_context else None,
     )
+
+
+def _annotator_values(label_set: LabelSet, criterion: str, row: dict[str, int]) -> dict[str, np.ndarray]:
+    """Each annotator's values of `criterion`, one column per item (`row`: item id -> index), NaN where missing."""
+    annotators = sorted({x.annotator for x in label_set.labels if x.criterion == criterion and x.item_id in row})
+    values = {a: np.full(len(row), np.nan) for a in annotators}
+    for label in label_set.labels:
+        if label.criterion == criterion and label.item_id in row and label.value is not None:
+            values[label.annotator][row[label.item_id]] = label.value
+    return values
 
 
 def default_template(label_set: LabelSet, panel: Panel) -> str:

@@ -39,17 +39,7 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
     else:
         judge_scale = tuple(summary["judge_scale"])
         human_scale = tuple(summary["human_scale"])
-        if isinstance(calibration, FeatureCalibration):
-            panels = [
-                (f"{j} (calibrated)", calibration.judge_prediction(j, held.features[j])) for j in calibration.judges
-            ]
-            panels.append(("panel calibrated", calibration.predict(held.features)))
-        elif isinstance(calibration, FeatureAverage | Blend):
-            panels = [(f"panel calibrated ({calibration.label})", calibration.predict(held.features))]
-        else:
-            assert isinstance(calibration, RatingCalibration)
-            panels = [(f"{j} (raw, rescaled)", rescale(v, judge_scale, human_scale)) for j, v in held.judges.items()]
-            panels.append(("panel calibrated", calibration.predict(held.judges)))
+        panels = _rating_panels(calibration, held, judge_scale, human_scale)
         figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
         rng = np.random.default_rng(0)
         for axis, (label, predicted) in zip(axes[0], panels, strict=True):
@@ -66,6 +56,24 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def _rating_panels(
+    calibration: Any, held: ItemTable, judge_scale: tuple[float, float], human_scale: tuple[float, float]
+) -> list[tuple[str, np.ndarray]]:
+    """What each scatter plots against the human mean: each judge (calibrated, or raw and rescaled), then the panel."""
+    if isinstance(calibration, FeatureCalibration):
+        panels: list[tuple[str, np.ndarray]] = [
+            (f"{j} (calibrated)", calibration.judge_prediction(j, held.features[j])) for j in calibration.judges
+        ]
+        panels.append(("panel calibrated", calibration.predict(held.features)))
+    elif isinstance(calibration, FeatureAverage | Blend):
+        panels = [(f"panel calibrated ({calibration.label})", calibration.predict(held.features))]
+    else:
+        assert isinstance(calibration, RatingCalibration)
+        panels = [(f"{j} (raw, rescaled)", rescale(v, judge_scale, human_scale)) for j, v in held.judges.items()]
+        panels.append(("panel calibrated", calibration.predict(held.judges)))
+    return panels
 
 
 def _confusion(axis: Any, predicted: np.ndarray, human: np.ndarray, label: str) -> None:

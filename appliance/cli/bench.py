@@ -28,12 +28,7 @@ if TYPE_CHECKING:
 
 
 QuickOption = Annotated[bool, typer.Option("--quick", help="smaller workloads (a few minutes)")]
-BackendOption = Annotated[
-    str, typer.Option(help="llama_cpp (the full suite), or transformers / vllm (decode and prefill)")
-]
-ModelOption = Annotated[
-    str | None, typer.Option(help="the model to measure (transformers/vllm: required; may be synthetic)")
-]
+ModelOption = Annotated[str | None, typer.Option(help="the model to measure (a models.toml entry)")]
 PanelOption = Annotated[
     str | None,
     typer.Option(help="the end-to-end workload's judges (llama_cpp: 'default'; transformers/vllm: the model alone)"),
@@ -42,26 +37,14 @@ OutOption = Annotated[Path, typer.Option(help="folder for the JSON and markdown 
 SkipStatelessOption = Annotated[
     bool, typer.Option("--skip-stateless", help="leave out the end-to-end arm that reuses nothing (the slowest)")
 ]
-DecodeOnlyOption = Annotated[
-    bool,
-    typer.Option(
-        "--decode-only",
-        help="llama_cpp: the decode workload alone, for --model (a GPU-offloaded or synthetic GGUF entry)",
-    ),
+AdapterSweepArgument = Annotated[
+    str, typer.Argument(help="a sweep entry of models.toml (adapters = GLOB): base and checkpoints")
 ]
-AdaptersOption = Annotated[
-    str | None,
-    typer.Option(help="a sweep of adapters: played in one run against one run per checkpoint (time, peak RSS)"),
-]
-ScenarioOption = Annotated[str, typer.Option(help="--adapters: the scenario played")]
-LimitOption = Annotated[int, typer.Option(min=1, help="--adapters: instances per game or family")]
-ScalingOption = Annotated[
-    str | None,
-    typer.Option(
-        help="the end-to-end workload alone at these conversation counts (e.g. 16,64,256), each point a "
-        "fresh process (wall time, tokens/s, prefilled/distinct, peak RSS)"
-    ),
-]
+ScenarioOption = Annotated[str, typer.Option(help="the scenario the sweep plays")]
+LimitOption = Annotated[int, typer.Option(min=1, help="instances per game or family")]
+SizesArgument = Annotated[str, typer.Argument(help="conversation counts, e.g. 16,64,256")]
+BackendArgument = Annotated[str, typer.Argument(help="transformers or vllm")]
+RequiredModelOption = Annotated[str, typer.Option(help="the models.toml entry to measure (may be synthetic)")]
 ConversationsOption = Annotated[
     int | None, typer.Option(min=1, help="the end-to-end workload's conversations (default: the plan's)")
 ]
@@ -71,18 +54,20 @@ RepeatsOption = Annotated[
 ]
 
 
+bench_app = typer.Typer(
+    invoke_without_command=True,
+    help="Measure the engine: without a subcommand the full llama.cpp suite; each subcommand one workload. "
+    "Results go to bench_results/ as JSON and markdown.",
+)
+
+
+@bench_app.callback()
 def bench(
+    context: typer.Context,
     quick: QuickOption = False,
-    backend: BackendOption = "llama_cpp",
-    model: ModelOption = None,
     panel: PanelOption = None,
     out: OutOption = Path("bench_results"),
     skip_stateless: SkipStatelessOption = False,
-    decode_only: DecodeOnlyOption = False,
-    adapters: AdaptersOption = None,
-    scenario: ScenarioOption = "clembench",
-    limit: LimitOption = 6,
-    scaling: ScalingOption = None,
     conversations: ConversationsOption = None,
     turns: TurnsOption = None,
     repeats: RepeatsOption = None,
@@ -90,54 +75,109 @@ def bench(
     models: ModelsOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Engine vs raw decode loop, appliance vs sequential baselines, scoring, memory; writes bench_results/."""
+    """The full suite: decode exact / fast / raw, prefill, grammars, scoring, memory, and PingPong end to end
+    against its ideal and the sequential baselines; stored in the store's bench table too."""
+    if context.invoked_subcommand is not None:
+        return
     catalog = load_models(models)
-    sizes = {"conversations": conversations, "turns": turns, "repeats": repeats}
-    resized = {field: value for field, value in sizes.items() if value is not None}
-    say = (lambda text: None) if as_json else console.print
-    if adapters is not None:
-        from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
-
-        adapter_bench = run_adapter_bench(catalog, adapters, scenario, limit)
-        _say_written(adapter_bench, write_adapter_bench(adapter_bench, out), as_json)
-    elif scaling is not None:
-        if conversations is not None:
-            raise ApplianceError("--conversations: with --scaling, the conversation counts are --scaling's")
-        _bench_scaling(catalog, scaling, load_panel(panel or "default", catalog), model, _bench_plan(quick, resized),
-                       out=out, as_json=as_json, say=say)  # fmt: skip
-    elif backend != "llama_cpp":
-        chosen = None if panel is None else load_panel(panel, catalog)
-        _bench_other_backend(catalog, backend, model, chosen, quick=quick, resized=resized,
-                             stateless=not skip_stateless, out=out, as_json=as_json)  # fmt: skip
-    elif decode_only:
-        from appliance.bench.suite import run_decode_bench, write_decode_outputs
-
-        decode = run_decode_bench(
-            catalog, model or "smollm2-135m", quick=quick, plan=_bench_plan(quick, resized), say=say
-        )
-        _say_written(decode, write_decode_outputs(decode, out), as_json)
-    else:
-        _bench_suite(catalog, load_panel(panel or "default", catalog), _bench_plan(quick, resized), quick=quick,
-                     stateless=not skip_stateless, db=db, out=out, as_json=as_json, say=say)  # fmt: skip
+    plan = _bench_plan(quick, _resized(conversations, turns, repeats))
+    _bench_suite(catalog, load_panel(panel or "default", catalog), plan, quick=quick, stateless=not skip_stateless,
+                 db=db, out=out, as_json=as_json, say=_say(as_json))  # fmt: skip
 
 
-def _bench_scaling(
-    catalog: Catalog,
-    scaling: str,
-    panel: Panel,
-    model: str | None,
-    plan: BenchPlan,
-    *,
-    out: Path,
-    as_json: bool,
-    say: Callable[[str], None],
+@bench_app.command("decode")
+def bench_decode(
+    model: ModelOption = None,
+    quick: QuickOption = False,
+    repeats: RepeatsOption = None,
+    out: OutOption = Path("bench_results"),
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
 ) -> None:
+    """Decode alone for one llama.cpp entry (default smollm2-135m), its gpu_layers honoured: the raw batched
+    loop, then the engine's exact, fast and shipped modes at 1-64 sequences (--quick: 1, 4, 16)."""
+    from appliance.bench.suite import run_decode_bench, write_decode_outputs
+
+    catalog = load_models(models)
+    plan = _bench_plan(quick, _resized(None, None, repeats))
+    decode = run_decode_bench(catalog, model or "smollm2-135m", quick=quick, plan=plan, say=_say(as_json))
+    _say_written(decode, write_decode_outputs(decode, out), as_json)
+
+
+@bench_app.command("scaling")
+def bench_scaling(
+    sizes: SizesArgument,
+    model: ModelOption = None,
+    panel: PanelOption = None,
+    turns: TurnsOption = None,
+    quick: QuickOption = False,
+    out: OutOption = Path("bench_results"),
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The end-to-end workload alone at each conversation count, every point a fresh process: wall time,
+    tokens/s, prefilled / distinct, peak KV cells and RSS, x its ideal."""
     from appliance.bench.scaling import parse_sizes, run_scaling_bench, write_scaling_bench
 
+    catalog = load_models(models)
+    plan = _bench_plan(quick, _resized(None, turns, None))
     scaling_bench = run_scaling_bench(
-        catalog, panel, parse_sizes(scaling), player=model or plan.model, turns=plan.turns, seed=plan.seed, say=say
+        catalog,
+        load_panel(panel or "default", catalog),
+        parse_sizes(sizes),
+        player=model or plan.model,
+        turns=plan.turns,
+        seed=plan.seed,
+        say=_say(as_json),
     )
     _say_written(scaling_bench, write_scaling_bench(scaling_bench, out), as_json)
+
+
+@bench_app.command("backend")
+def bench_backend(
+    backend: BackendArgument,
+    model: RequiredModelOption,
+    panel: PanelOption = None,
+    quick: QuickOption = False,
+    skip_stateless: SkipStatelessOption = False,
+    conversations: ConversationsOption = None,
+    turns: TurnsOption = None,
+    repeats: RepeatsOption = None,
+    out: OutOption = Path("bench_results"),
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """transformers or vLLM against its own bare loop and our llama.cpp engine on the same GGUF: decode,
+    prefill, batch invariance and, with real weights, PingPong end to end (vLLM: also the plain driver)."""
+    catalog = load_models(models)
+    chosen = None if panel is None else load_panel(panel, catalog)
+    _bench_other_backend(catalog, backend, model, chosen, quick=quick, resized=_resized(conversations, turns, repeats),
+                         stateless=not skip_stateless, out=out, as_json=as_json)  # fmt: skip
+
+
+@bench_app.command("adapters")
+def bench_adapters(
+    sweep: AdapterSweepArgument,
+    scenario: ScenarioOption = "clembench",
+    limit: LimitOption = 6,
+    out: OutOption = Path("bench_results"),
+    models: ModelsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A sweep of adapters played in one run against one run per checkpoint: time and peak RSS of each."""
+    from appliance.bench.adapters import run_adapter_bench, write_adapter_bench
+
+    adapter_bench = run_adapter_bench(load_models(models), sweep, scenario, limit)
+    _say_written(adapter_bench, write_adapter_bench(adapter_bench, out), as_json)
+
+
+def _resized(conversations: int | None, turns: int | None, repeats: int | None) -> dict[str, int]:
+    sizes = {"conversations": conversations, "turns": turns, "repeats": repeats}
+    return {field: value for field, value in sizes.items() if value is not None}
+
+
+def _say(as_json: bool) -> Callable[[str], None]:
+    return (lambda text: None) if as_json else console.print
 
 
 def _bench_suite(
@@ -195,7 +235,7 @@ def _say_written(report: BaseModel, paths: tuple[Path, Path], as_json: bool) -> 
 def _bench_other_backend(
     catalog: Catalog,
     backend: str,
-    model: str | None,
+    model: str,
     panel: Panel | None,
     *,
     quick: bool,
@@ -207,9 +247,7 @@ def _bench_other_backend(
     from appliance.bench.backend_bench import BackendBenchPlan, run_backend_bench, write_backend_outputs
 
     if backend not in ("transformers", "vllm"):
-        raise ApplianceError(f"--backend: unknown backend '{backend}' (llama_cpp, transformers or vllm)")
-    if model is None:
-        raise ApplianceError(f"--model: name the {backend} model to measure (a models.toml entry)")
+        raise ApplianceError(f"BACKEND: unknown backend '{backend}' (transformers or vllm; llama_cpp is the suite)")
     spec = catalog.get(model)
     if spec.backend != backend:
         raise ApplianceError(f"--model: '{model}' uses backend '{spec.backend}', not '{backend}'")

@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,6 +26,10 @@ from appliance.cli.options import (
 from appliance.cli.store import report_store_check
 from appliance.paths import judges_dir
 from appliance.store import Store
+
+if TYPE_CHECKING:
+    from appliance.calibration.pipeline import CalibrationOutcome
+    from appliance.store.labels import StoredLabelSet
 
 labels_app = typer.Typer(no_args_is_help=True, help="Human labels that judges are calibrated against.")
 
@@ -56,26 +60,7 @@ def labels_import(
 
     JSONL streams into the store in chunks inside one transaction (files of any size); the
     published formats are read whole and checked before the store opens."""
-    from appliance.errors import ApplianceError, reading
-    from appliance.labels import read_labels
-    from appliance.labels.importers import check_kind, declared_scales, iter_jsonl_records
-    from appliance.store.labels import LabelSetHeader, StoredLabelSet, stream_label_set, write_label_set
-
-    files = [path] if path.is_file() else sorted(path.glob("*.json"))
-    stored: list[StoredLabelSet] = []
-    if format_name == "jsonl":
-        checked = check_kind(kind)
-        if not path.is_file():
-            raise ApplianceError(f"{path}: file not found")
-        digest = sha256_of(path, use_cache=False)
-        header = LabelSetHeader(name or path.stem, checked, "jsonl", str(path), digest, declared_scales(checked))
-        with Store.open(db) as store, reading(path):
-            stored.append(stream_label_set(store, header, iter_jsonl_records(path, checked)))
-    else:
-        sets = read_labels(path, format_name, name=name, kind=kind)  # read and checked before the store opens
-        digest = hashlib.sha256("".join(sha256_of(file, use_cache=False) for file in files).encode()).hexdigest()
-        with Store.open(db) as store:
-            stored += [write_label_set(store, label_set, digest) for label_set in sets]
+    stored = _store_labels(path, format_name, name, kind, db)
     rows = [
         {
             "label_set": s.name,
@@ -97,6 +82,31 @@ def labels_import(
             f"{row['annotators']} annotators, {row['labels']} labels ({row['missing']} not numeric, kept as missing), "
             f"criteria: {', '.join(row['criteria'])}"  # type: ignore[arg-type]
         )
+
+
+def _store_labels(path: Path, format_name: str, name: str | None, kind: str, db: Path | None) -> list[StoredLabelSet]:
+    """Read and store one label file (or a dstc9 folder); the published formats are checked before the store opens."""
+    from appliance.errors import ApplianceError, reading
+    from appliance.labels import read_labels
+    from appliance.labels.importers import check_kind, declared_scales, iter_jsonl_records
+    from appliance.store.labels import LabelSetHeader, stream_label_set, write_label_set
+
+    files = [path] if path.is_file() else sorted(path.glob("*.json"))
+    stored: list[StoredLabelSet] = []
+    if format_name == "jsonl":
+        checked = check_kind(kind)
+        if not path.is_file():
+            raise ApplianceError(f"{path}: file not found")
+        digest = sha256_of(path, use_cache=False)
+        header = LabelSetHeader(name or path.stem, checked, "jsonl", str(path), digest, declared_scales(checked))
+        with Store.open(db) as store, reading(path):
+            stored.append(stream_label_set(store, header, iter_jsonl_records(path, checked)))
+    else:
+        sets = read_labels(path, format_name, name=name, kind=kind)  # read and checked before the store opens
+        digest = hashlib.sha256("".join(sha256_of(file, use_cache=False) for file in files).encode()).hexdigest()
+        with Store.open(db) as store:
+            stored += [write_label_set(store, label_set, digest) for label_set in sets]
+    return stored
 
 
 @labels_app.command("list")
@@ -189,7 +199,6 @@ def calibrate(
 ) -> None:
     """Rate labelled items with a panel, fit judge->human maps on one part, report agreement on the rest."""
     from appliance.calibration.pipeline import CalibrationRequest, run_calibration, run_transfer
-    from appliance.calibration.plot import write_plot
 
     catalog = load_models(models)
     chosen = load_panel(panel, catalog)
@@ -212,6 +221,13 @@ def calibrate(
         else:
             print_transfer(found)
         return
+    _show_calibration(outcome, plot, ship=ship, as_json=as_json)
+
+
+def _show_calibration(outcome: CalibrationOutcome, plot: Path | None, *, ship: bool, as_json: bool) -> None:
+    """Write the plot (and the shipped files), then print the held-out report."""
+    from appliance.calibration.plot import write_plot
+
     plot_path = write_plot(
         plot or Path("out") / f"{outcome.record.calibration_id}.png", outcome.held, outcome.kind, outcome.report
     )
@@ -225,13 +241,11 @@ def calibrate(
             console.print(f"shipped: {calibration_file} and {report_file}")
     if as_json:
         print(json.dumps(report))
-        return
-    print_calibration(report)
+    else:
+        print_calibration(report)
 
 
 def print_calibration(report: dict[str, Any]) -> None:
-    from appliance.calibration.shipped import combiner_sentence
-
     pairwise = report["kind"] == "pairwise"
     features = "features" in report
     names = (
@@ -251,6 +265,24 @@ def print_calibration(report: dict[str, Any]) -> None:
     table.add_column("n", justify="right")
     for name in names:
         table.add_column(name, justify="right")
+    for label, row in _calibration_rows(report, pairwise=pairwise, features=features):
+        cells = [_metric_cell(row.get(name)) for name in names]
+        table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
+    console.print(table)
+    unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
+    method = _method_sentence(report, pairwise=pairwise, features=features)
+    console.print(
+        f"{method} spearman_like_for_like: against the mean of all annotators but one, averaged over the one "
+        "left out (how the human ceiling is measured). 95% intervals: bootstrap over held-out items (items "
+        f"sharing a context resampled together). Unparsed verdicts: {unparsed}."
+    )
+    if "curve" in report:
+        _print_curve(report["curve"])
+    console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
+
+
+def _calibration_rows(report: dict[str, Any], *, pairwise: bool, features: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The held-out table's rows: each judge (and its calibrated map), the panel, the baselines, the features."""
     rows: list[tuple[str, dict[str, Any]]] = []
     for judge, row in report["judges"].items():
         raw = f" ({report['model'].get('summary', 'summary')} alone)" if features else " (raw)"
@@ -262,46 +294,41 @@ def print_calibration(report: dict[str, Any]) -> None:
         rows.append((f"fit-best feature ({best['judge']}: {best['feature']})", best))
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
-    for label, row in rows:
-        cells = [_metric_cell(row.get(name)) for name in names]
-        table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
-    console.print(table)
-    unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
+    return rows
+
+
+def _method_sentence(report: dict[str, Any], *, pairwise: bool, features: bool) -> str:
+    from appliance.calibration.shipped import combiner_sentence
+
     if pairwise:
-        method = (
+        return (
             "Each pair is judged in both orders: a win needs both, anything else counts as a tie; position bias = "
             "the same slot picked in both orders."
         )
-    elif features:
-        method = (
+    if features:
+        return (
             f"Human scale {report['human_scale']} (from the fitting part). Panel calibrated = "
             f"{combiner_sentence(report['combiner'])} A feature alone = mapped monotonically (direction from the "
             "fitting part); the fit-best feature is the one the fitting part ranks first."
         )
-    else:
-        method = (
-            f"Human scale {report['human_scale']} (from the fitting part), judge scale {report['judge_scale']}; raw "
-            "judges are rescaled linearly for MAE and alpha."
-        )
-    console.print(
-        f"{method} spearman_like_for_like: against the mean of all annotators but one, averaged over the one "
-        "left out (how the human ceiling is measured). 95% intervals: bootstrap over held-out items (items "
-        f"sharing a context resampled together). Unparsed verdicts: {unparsed}."
+    return (
+        f"Human scale {report['human_scale']} (from the fitting part), judge scale {report['judge_scale']}; raw "
+        "judges are rescaled linearly for MAE and alpha."
     )
-    if "curve" in report:
-        from appliance.calibration.curve import CURVE_HEADERS, curve_cells
 
-        curve = Table(
-            title=f"learning curve: held-out Spearman, mean over {report['curve']['splits']} seeded splits "
-            "[95% interval]",
-            title_justify="left",
-        )
-        for header in CURVE_HEADERS:
-            curve.add_column(header, justify="left" if header == "chosen" else "right")
-        for point in curve_cells(report["curve"]):
-            curve.add_row(*point)
-        console.print(curve)
-    console.print(f"Stored as {report['calibration_id']}; plot: {report['plot']}")
+
+def _print_curve(curve_report: dict[str, Any]) -> None:
+    from appliance.calibration.curve import CURVE_HEADERS, curve_cells
+
+    curve = Table(
+        title=f"learning curve: held-out Spearman, mean over {curve_report['splits']} seeded splits [95% interval]",
+        title_justify="left",
+    )
+    for header in CURVE_HEADERS:
+        curve.add_column(header, justify="left" if header == "chosen" else "right")
+    for point in curve_cells(curve_report):
+        curve.add_row(*point)
+    console.print(curve)
 
 
 def print_transfer(report: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from appliance.offline import enforce_offline
 enforce_offline()
 
 from appliance.cli.adapter import adapter_app  # noqa: E402
-from appliance.cli.bench import bench  # noqa: E402
+from appliance.cli.bench import bench_app  # noqa: E402
 from appliance.cli.compare import compare  # noqa: E402
 from appliance.cli.imports import add_import_commands  # noqa: E402
 from appliance.cli.judging import calibrate, labels_app, score  # noqa: E402
@@ -38,7 +38,8 @@ app.add_typer(import_app, name="import")
 app.add_typer(labels_app, name="labels")
 app.add_typer(store_app, name="store")
 app.add_typer(adapter_app, name="adapter")
-for command in (run, report, export, bench, calibrate, compare, merge, score, view):
+app.add_typer(bench_app, name="bench")
+for command in (run, report, export, calibrate, compare, merge, score, view):
     app.command()(command)
 
 
@@ -58,12 +59,8 @@ def main() -> None:
         sys.exit(exit_.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
+    except Exception as error:
+        _usage_error(error)  # a command line click refused: one line and its exit code (2)
         if type(error).__module__.startswith("duckdb"):  # a block failed its checksum mid-command
             error_console.print(
                 f"error: the store could not be read ({first_line(error)}); check it with 'appliance store check' "
@@ -74,6 +71,18 @@ def main() -> None:
             )
             sys.exit(2)
         raise
+
+
+def _usage_error(error: Exception) -> None:
+    """Exit with one line for an error click raised while reading the command line (an unknown option, a
+    missing one); return for anything else. Typer may carry its own copy of click, so both are checked."""
+    import click
+
+    if not isinstance(error, click.ClickException | typer.exceptions.TyperException):
+        return
+    message = error.format_message() if hasattr(error, "format_message") else str(error)
+    error_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(getattr(error, "exit_code", 2))
 
 
 if __name__ == "__main__":

@@ -21,23 +21,22 @@ from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
 from appliance.engine.backend import BackendCounters, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
-from appliance.engine.chunk_plan import chunk_plan, common_prefix, reusable_prefix, window_reuse
-from appliance.engine.host_cache import HostCache, SavedSequence, default_budget_mb
+from appliance.engine.chunk_plan import chunk_plan, common_prefix
+from appliance.engine.host_cache import HostCache, default_budget_mb
 from appliance.engine.llama_native import (
     LlamaModel,
     TokenBatch,
     TokenSampler,
     apply_adapter,
-    copy_sequence,
     default_threads,
-    sequence_floor,
+    gguf_adapter_file,
+    new_context,
 )
+from appliance.engine.llama_slots import Job, Slot, SlotCaches, affordable_slots
 from appliance.engine.scoring import ScoringError, ScoringPlan
 from appliance.engine.types import Completion, FinishReason, GenerationRequest, Message, ScoredText, TokenScores
 from appliance.errors import ApplianceError
 
-#: Shortest shared prefix (tokens) for which taking another conversation's slot pays off.
-MIN_SHARED_PREFIX = 64
 #: Most scored positions per prefill chunk: their logits rows are copied out of one decode, and a
 #: large vocabulary (Gemma's 262k) makes each row a megabyte.
 MAX_SCORED_ROWS = 128
@@ -46,54 +45,14 @@ EXTENDED_KEPT = 64
 
 
 @dataclass
-class _Job:
-    ticket: int
-    request: GenerationRequest
-    prompt_tokens: list[int]
-    stop: tuple[str, ...]
-    submitted_at: float
-    sampler: TokenSampler | None = None
-    slot: _Slot | None = None
-    prefill_cursor: int = 0
-    cached_tokens: int = 0
-    pending_token: int | None = None
-    generated: list[int] = field(default_factory=list)
-    text_bytes: bytearray = field(default_factory=bytearray)
-    #: a scoring request: prefilled, its logits read, never decoded
-    scoring: ScoringPlan | None = None
-    #: set at submission when the request cannot be served; it is answered at admission
-    error: str | None = None
-    #: exact mode: where the prompt's prefill chunks end (see chunk_plan)
-    plan: list[int] = field(default_factory=list)
-
-
-@dataclass
 class _Chunk:
     """A prefill chunk staged in the batch: the row that starts its reply, or the rows it scores."""
 
-    job: _Job
+    job: Job
     size: int
     owner: int | None = None
     #: (batch index, prompt position) of each scored position
     reads: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
-class _Slot:
-    seq_id: int
-    cached: list[int] = field(default_factory=list)
-    #: leading cached tokens computed in prefill chunks of two or more tokens, never in one-token
-    #: decode steps (another kernel, other last bits)
-    batch_computed: int = 0
-    #: exact mode: where the prefill chunks of those tokens ended (contiguous from position 0)
-    chunk_ends: list[int] = field(default_factory=list)
-    key: str | None = None
-    last_used: float = 0.0
-    job: _Job | None = None
-
-    def holds(self, tokens: list[int], batch_computed: int = 0, chunk_ends: list[int] | None = None) -> None:
-        """Record what the sequence's KV now holds (copies of the lists: another slot or entry keeps its own)."""
-        self.cached, self.batch_computed, self.chunk_ends = list(tokens), batch_computed, list(chunk_ends or [])
 
 
 class LlamaCppBackend:
@@ -128,52 +87,30 @@ class LlamaCppBackend:
         adapter_file = gguf_adapter_file(adapter, name) if adapter is not None else None
         # one copy of the weights for a base and all its adapters; each adapter gets a context of its own
         self.model = LlamaModel.shared(model_path, name, gpu_layers)
-        try:
-            lora = self.model.adapter(adapter_file, name) if adapter_file is not None else None
-        except ApplianceError:
-            self.model.close()
-            raise
         self.formatter: ChatFormatter = (
             GgufTemplateFormat(self.model.apply_chat_template) if chat_format == "gguf" else PlainTranscriptFormat()
         )
         self.kv_bytes_per_token = self.model.kv_bytes_per_token()
-        #: the model's sliding window (0: none); its caches are copied stream to stream (`_copy`)
-        self.window = self.model.sliding_window
-        self.stream_copies = self.window > 0 and not kv_unified
-        #: a stream copy is queued until the next decode; state reads and writes wait for it
-        self._copies_queued = False
-        if kv_budget_mb is not None:
-            # The budget caps the sequences that hold a cache at once (and the scratch sequence of
-            # stream copies); the others wait, and a conversation whose cache was evicted is
-            # prefilled again when it returns.
-            affordable = (kv_budget_mb * 1024 * 1024) // (context_length * self.kv_bytes_per_token) - self.stream_copies
-            if affordable < 1:
-                self.model.close()
-                raise ApplianceError(
-                    f"model '{name}': kv_budget_mb={kv_budget_mb} cannot hold one sequence of {context_length} tokens"
-                )
-            slots = min(slots, int(affordable))
-        params = C.llama_context_default_params()
-        # Stream copies get one more sequence, a scratch one that `_flush_copies` decodes into.
-        params.n_ctx = context_length * (slots + self.stream_copies)
-        params.n_batch = batch_tokens
-        params.n_ubatch = batch_tokens
-        params.n_seq_max = slots + self.stream_copies
-        # Default: one KV stream per sequence, so attention only spans a sequence's own
-        # cells and its layout is the same as when decoded alone (see docs/engine.md).
-        params.kv_unified = kv_unified
-        self.kv_unified = kv_unified
-        # ggml's CPU flash-attention kernel gives results that depend on how a prompt
-        # is split into batches; without it a forked or resumed prefill is bit-exact.
-        params.flash_attn_type = (
-            C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.n_threads = params.n_threads_batch = threads or default_threads()
-        params.no_perf = True
-        self.context = C.llama_init_from_model(self.model.handle, params)
-        if not self.context:
+        window = self.model.sliding_window
+        # Stream copies of a sliding-window model get one more sequence, a scratch one that
+        # `SlotCaches.flush_copies` decodes into.
+        scratch = int(window > 0 and not kv_unified)
+        try:
+            lora = self.model.adapter(adapter_file, name) if adapter_file is not None else None
+            slots = affordable_slots(name, slots, kv_budget_mb, context_length, self.kv_bytes_per_token, scratch)
+            self.context = new_context(
+                self.model,
+                name,
+                sequences=slots + scratch,
+                context_length=context_length,
+                batch_tokens=batch_tokens,
+                threads=threads or default_threads(),
+                kv_unified=kv_unified,
+                flash_attention=flash_attention,
+            )
+        except ApplianceError:
             self.model.close()
-            raise ApplianceError(f"model '{name}': llama.cpp could not create a context of {params.n_ctx} tokens")
+            raise
         if lora is not None:
             try:
                 apply_adapter(self.context, lora, adapter_scale)
@@ -181,19 +118,30 @@ class LlamaCppBackend:
                 C.llama_free(self.context)
                 self.model.close()
                 raise
+        self.kv_unified = kv_unified
         self.memory = C.llama_get_memory(self.context)
+        self.counters = BackendCounters()
         #: caches saved to host memory before their slot is overwritten (see host_cache.py)
         host_cache_mb = default_budget_mb() if host_cache_mb is None else host_cache_mb
-        self.host_cache = (
-            HostCache(self.context, host_cache_mb * 2**20, self.window) if host_cache_mb and reuse_cache else None
+        host_cache = HostCache(self.context, host_cache_mb * 2**20, window) if host_cache_mb and reuse_cache else None
+        self.caches = SlotCaches(
+            self.context,
+            name=name,
+            slots=slots,
+            window=window,
+            kv_unified=kv_unified,
+            exact_kv=exact_kv,
+            reuse_cache=reuse_cache,
+            host_cache=host_cache,
+            counters=self.counters,
         )
+        self.slots = self.caches.slots
+        self.host_cache = self.caches.host_cache
         self.context_length = int(C.llama_n_ctx_seq(self.context))
         self.batch_tokens = batch_tokens
         self.batch = TokenBatch(batch_tokens)
-        self.slots = [_Slot(seq_id=index) for index in range(slots)]
-        self.waiting: deque[_Job] = deque()
+        self.waiting: deque[Job] = deque()
         self._extended: dict[ScoredText, tuple[int, list[int]]] = {}
-        self.counters = BackendCounters()
         self._next_ticket = 0
 
     def count_tokens(self, text: str) -> int:
@@ -205,7 +153,7 @@ class LlamaCppBackend:
         tokens, stop = self._prompt(request)
         ticket = self._next_ticket
         self._next_ticket += 1
-        job = _Job(
+        job = Job(
             ticket=ticket,
             request=request,
             prompt_tokens=tokens,
@@ -253,7 +201,7 @@ class LlamaCppBackend:
         whole = tokens + self._continuation(request.scoring.continuation)
         return whole, range(len(tokens) - 1, len(whole) - (0 if request.scoring.choices else 1))
 
-    def _plan_scoring(self, job: _Job) -> None:
+    def _plan_scoring(self, job: Job) -> None:
         """The continuation joins the prompt's tokens."""
         scoring = job.request.scoring
         assert scoring is not None
@@ -266,7 +214,7 @@ class LlamaCppBackend:
             return
         job.prompt_tokens = job.scoring.tokens
 
-    def _declared_cuts(self, job: _Job) -> list[int]:
+    def _declared_cuts(self, job: Job) -> list[int]:
         """Where a request's prefill chunks end besides the aligned ones.
 
         A chat request: where its tokens stop agreeing with the prompt of its first message, of its
@@ -320,7 +268,7 @@ class LlamaCppBackend:
         """
         finished = self._admit_waiting()
         self.batch.clear()
-        decoding: list[tuple[int, _Job]] = []
+        decoding: list[tuple[int, Job]] = []
         for slot in self.slots:
             job = slot.job
             if job is None or job.pending_token is None:
@@ -345,7 +293,7 @@ class LlamaCppBackend:
                 finished.extend(self._run_batch([self._stage_chunk(slot, job, size)], prefill=True))
         return finished
 
-    def _packed_step(self, decoding: list[tuple[int, _Job]]) -> list[tuple[int, Completion]]:
+    def _packed_step(self, decoding: list[tuple[int, Job]]) -> list[tuple[int, Completion]]:
         """Fast mode: the staged decode tokens and one prefill chunk per prefilling sequence, in one call
         of at most `batch_tokens` tokens and MAX_SCORED_ROWS scored rows."""
         budget, rows = self.batch_tokens - len(decoding), MAX_SCORED_ROWS
@@ -365,7 +313,7 @@ class LlamaCppBackend:
             return []
         return self._run_batch(chunks, prefill=not decoding, decoding=decoding)
 
-    def _chunk_size(self, job: _Job, budget: int, rows: int = MAX_SCORED_ROWS) -> int:
+    def _chunk_size(self, job: Job, budget: int, rows: int = MAX_SCORED_ROWS) -> int:
         """The next prefill chunk of `job` within `budget` tokens and `rows` scored rows (0: none fits).
 
         Exact mode: the job's planned chunk (a function of the request alone). Fast mode: as much as
@@ -383,17 +331,17 @@ class LlamaCppBackend:
             size = max(2, remaining - 2)
         return size
 
-    def _scored_rows_cap(self, job: _Job, rows: int) -> int:
+    def _scored_rows_cap(self, job: Job, rows: int) -> int:
         """The longest chunk from the job's cursor that reads at most `rows` logits rows."""
         if job.scoring is None:
             return len(job.prompt_tokens)
         return max(job.scoring.first_read - job.prefill_cursor, 0) + rows
 
-    def _stored_end(self, slot: _Slot) -> int:
+    def _stored_end(self, slot: Slot) -> int:
         """How many positions the sequence's KV holds (its highest position + 1; 0 when empty)."""
         return int(C.llama_memory_seq_pos_max(self.memory, slot.seq_id)) + 1
 
-    def _resync(self, slot: _Slot, job: _Job) -> None:
+    def _resync(self, slot: Slot, job: Job) -> None:
         """The slot's KV does not end where its token record says: forget both and prefill the
         prompt again from position 0 (llama.cpp would refuse the chunk as an invalid batch)."""
         C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
@@ -405,7 +353,7 @@ class LlamaCppBackend:
             job.scoring.choice_logprobs = []
         self.counters.kv_resyncs += 1
 
-    def _stage_chunk(self, slot: _Slot, job: _Job, size: int) -> _Chunk:
+    def _stage_chunk(self, slot: Slot, job: Job, size: int) -> _Chunk:
         """Add the next `size` prompt tokens of `job` to the batch (after the tokens already there)."""
         if self._stored_end(slot) != len(slot.cached) or len(slot.cached) != job.prefill_cursor:
             self._resync(slot, job)
@@ -429,7 +377,7 @@ class LlamaCppBackend:
         return chunk
 
     def _run_batch(
-        self, chunks: list[_Chunk], *, prefill: bool, decoding: list[tuple[int, _Job]] | None = None
+        self, chunks: list[_Chunk], *, prefill: bool, decoding: list[tuple[int, Job]] | None = None
     ) -> list[tuple[int, Completion]]:
         """Decode the staged batch; sample the rows that start a reply, read the scored ones."""
         owners = (decoding or []) + [(chunk.owner, chunk.job) for chunk in chunks if chunk.owner is not None]
@@ -444,10 +392,10 @@ class LlamaCppBackend:
                 finished.append(self._finish(chunk.job, "stop", scoring.result()))
         return finished
 
-    def _decode_and_sample(self, owners: list[tuple[int, _Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
+    def _decode_and_sample(self, owners: list[tuple[int, Job]], *, prefill: bool) -> list[tuple[int, Completion]]:
         started = time.perf_counter()
         status = C.llama_decode(self.context, self.batch.raw)
-        self._copies_queued = False
+        self.caches.copies_queued = False
         elapsed = time.perf_counter() - started
         if prefill:
             self.counters.prefill_s += elapsed
@@ -474,7 +422,7 @@ class LlamaCppBackend:
         self.counters.sample_s += time.perf_counter() - started
         return finished
 
-    def _accept_token(self, job: _Job, token: int) -> FinishReason | None:
+    def _accept_token(self, job: Job, token: int) -> FinishReason | None:
         """Record a sampled token; return a finish reason when the request is done."""
         if self.model.is_end_of_generation(token) and not job.request.sampling.ignore_eos:
             return "stop"
@@ -506,7 +454,7 @@ class LlamaCppBackend:
         system prompt).
         """
         rejected: list[tuple[int, Completion]] = []
-        deferred: list[_Job] = []
+        deferred: list[Job] = []
         while self.waiting:
             idle = [slot for slot in self.slots if slot.job is None]
             if not idle:
@@ -519,16 +467,16 @@ class LlamaCppBackend:
             if len(job.prompt_tokens) + 1 + room >= self.context_length:
                 rejected.append(self._reject_overflow(job))
                 continue
-            if self._prefix_in_progress(job):
+            if self.caches.prefix_in_progress(job):
                 deferred.append(job)
                 continue
-            limit = self._reuse_limit(job)
+            limit = self.caches.reuse_limit(job)
             cached = max(min(common_prefix(other.cached, job.prompt_tokens), limit) for other in self.slots)
-            reusable = {other.seq_id: self._reusable(other, job, limit) for other in self.slots}
+            reusable = {other.seq_id: self.caches.reusable(other, job, limit) for other in self.slots}
             source = max(self.slots, key=lambda other: reusable[other.seq_id])
             # A move never lands on `source`, so what it can serve stays as measured here.
-            slot = self._choose_slot(idle, job, source, kept=reusable[idle[0].seq_id])
-            keep = self._reuse_prefix(slot, job, source, reusable[source.seq_id])
+            slot = self.caches.choose_slot(idle, job, source, kept=reusable[idle[0].seq_id])
+            keep = self.caches.reuse_prefix(slot, job, source, reusable[source.seq_id])
             self.counters.recomputed_cached_tokens += max(0, cached - keep) if self.reuse_cache else 0
             slot.job = job
             slot.key = job.request.conversation_key
@@ -542,198 +490,7 @@ class LlamaCppBackend:
         self.waiting.extendleft(reversed(deferred))
         return rejected
 
-    @staticmethod
-    def _reuse_limit(job: _Job) -> int:
-        """How many leading prompt tokens a cache may serve.
-
-        A generation decodes at least its last prompt token, for its logits. A scoring request
-        computes every position it reads, and at least two tokens: a lone token goes through
-        another kernel (matrix-vector), and its logits would differ in the last bits.
-        """
-        if job.scoring is None:
-            return len(job.prompt_tokens) - 1
-        return max(0, min(job.scoring.first_read, len(job.prompt_tokens) - 2))
-
-    def _prefix_in_progress(self, job: _Job) -> bool:
-        """Whether a running prefill is computing a long prefix of this prompt right now."""
-        for slot in self.slots:
-            running = slot.job
-            if running is None or running.prefill_cursor >= len(running.prompt_tokens):
-                continue
-            shared = common_prefix(running.prompt_tokens, job.prompt_tokens)
-            if shared >= MIN_SHARED_PREFIX and running.prefill_cursor < shared:
-                return True
-        return False
-
-    def _reuse_prefix(self, slot: _Slot, job: _Job, source: _Slot, shared: int) -> int:
-        """Prepare `slot` for `job`; returns how many prompt tokens are already in its cache.
-
-        The slot keeps what it shares with the prompt. If `source` (the slot with the
-        longest reusable prefix) shares clearly more, its cache is copied over and cut
-        to the shared part; if a cache saved in host memory shares clearly more still, it
-        is copied back instead. What the slot held is saved first when nothing else holds it.
-        """
-        limit = self._reuse_limit(job)
-        keep = self._reusable(slot, job, limit)
-        forkable = shared if source is not slot else keep
-        saved, restorable = (
-            self.host_cache.best(job.prompt_tokens, job.plan, limit, exact=self.exact_kv)
-            if self.host_cache is not None
-            else (None, 0)
-        )
-        if saved is not None and restorable - max(keep, forkable) >= MIN_SHARED_PREFIX:
-            keep = self._restore(slot, saved, restorable)
-        elif source is not slot and shared - keep >= MIN_SHARED_PREFIX:
-            self._spill(slot, kept=0)
-            self._copy(source, slot)
-            keep = shared
-            self.counters.forked_tokens += shared
-        self._spill(slot, kept=keep)
-        cut = C.llama_memory_seq_rm(self.memory, slot.seq_id, keep, -1)
-        if not cut or window_reuse(self._floor(slot), keep, self.window) < keep:
-            # A sliding-window cache cannot always be cut in the middle, nor serve a prefix whose
-            # window positions it lost (the choice above avoids those; this holds if it missed): start over.
-            C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-            keep = 0
-        del slot.cached[keep:]
-        slot.batch_computed = min(slot.batch_computed, keep)
-        slot.chunk_ends = [end for end in slot.chunk_ends if end <= keep]
-        return keep
-
-    def _restore(self, slot: _Slot, saved: SavedSequence, serves: int) -> int:
-        """Copy a saved cache into `slot` (its own cache saved first if nothing else holds it); returns
-        how many prompt tokens it serves (0 if llama.cpp refused the copy: the slot is then empty)."""
-        assert self.host_cache is not None
-        self._spill(slot, kept=0, keep=saved)
-        C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-        self._flush_copies()
-        if not self.host_cache.restore(saved, slot.seq_id):
-            C.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
-            slot.holds([])
-            return 0
-        slot.holds(saved.tokens, saved.batch_computed, saved.chunk_ends)
-        self.counters.restored_tokens += serves
-        return serves
-
-    def _spill(self, slot: _Slot, *, kept: int, keep: SavedSequence | None = None) -> None:
-        """Save `slot`'s cache to host memory before it is cut to `kept` tokens or overwritten (kept=0),
-        when at least MIN_SHARED_PREFIX reusable tokens would be lost that no other slot or saved entry
-        holds (the judges' follow-ups of one transcript differ only in their last few tokens). Tokens
-        lost for good (no host cache, or a cache bigger than its budget) count as evicted. `keep`: the
-        entry about to be restored into this slot, which the save must not drop."""
-        reach = self._reach(slot)
-        if not self.reuse_cache or reach - kept < MIN_SHARED_PREFIX:
-            return
-        mine = slot.cached[:reach]
-        saved = self.host_cache.covered(mine, exact=self.exact_kv) if self.host_cache is not None else 0
-        held = max(
-            [kept, saved]
-            + [
-                window_reuse(
-                    self._floor(other), min(common_prefix(other.cached, mine), self._reach(other)), self.window
-                )
-                for other in self.slots
-                if other is not slot
-            ]
-        )
-        if reach - held < MIN_SHARED_PREFIX:
-            return
-        if self.host_cache is None:
-            self.counters.evicted_tokens += reach - held
-            return
-        self._flush_copies()
-        dropped = self.host_cache.dropped_tokens
-        if self.host_cache.save(slot.seq_id, slot.cached, slot.batch_computed, slot.chunk_ends, keep=keep):
-            self.counters.saved_caches += 1
-            self.counters.host_cache_peak_bytes = self.host_cache.peak_bytes
-            self.counters.evicted_tokens += self.host_cache.dropped_tokens - dropped
-        else:
-            self.counters.evicted_tokens += reach - held
-
-    def _reach(self, slot: _Slot) -> int:
-        """How many leading tokens of the slot's cache a later prompt could reuse."""
-        return slot.batch_computed if self.exact_kv else len(slot.cached)
-
-    def _reusable(self, slot: _Slot, job: _Job, limit: int) -> int:
-        """Cached tokens of `slot` that `job` may keep.
-
-        Tokens generated one at a time were computed by a different ggml kernel
-        (matrix-vector) than prompt tokens (matrix-matrix), so their KV differs
-        in the last bits, and some kernels' results change with chunk boundaries.
-        In exact mode only prefill-computed KV is reused, and only as far as it
-        was cut into the new prompt's own planned chunks, which makes every
-        result independent of batching and cache state.
-        """
-        if not self.reuse_cache:
-            return 0
-        shared = min(common_prefix(slot.cached, job.prompt_tokens), limit)
-        return reusable_prefix(
-            shared,
-            slot.batch_computed,
-            slot.chunk_ends,
-            job.plan,
-            exact=self.exact_kv,
-            floor=self._floor(slot),
-            window=self.window,
-        )
-
-    def _floor(self, slot: _Slot) -> int:
-        """The lowest position the slot's sliding-window layers hold (0 without a window)."""
-        return sequence_floor(self.memory, slot.seq_id) if self.window else 0
-
-    def _choose_slot(self, idle: list[_Slot], job: _Job, source: _Slot, *, kept: int) -> _Slot:
-        """The lowest idle slot, so that decoding sequences have consecutive ids.
-
-        If the request would keep little of that slot's cache (another conversation's, or a
-        transcript other judges may still fork), the cache is first moved to the least recently
-        used spare slot, when that one holds nothing or something older; the prefix the request
-        needs is then copied in by `_reuse_prefix`. Without this, two roles alternating on one
-        model would overwrite each other's cache at every turn. The slot the request forks from
-        (`source`) is never the one overwritten. `kept`: how much of the lowest idle slot's cache
-        the request can use.
-        """
-        target = idle[0]
-        own = target.key is not None and target.key == job.request.conversation_key
-        if own or len(target.cached) - kept < MIN_SHARED_PREFIX:
-            return target
-        spare = [slot for slot in idle[1:] if slot.key != job.request.conversation_key and slot is not source]
-        if spare:
-            victim = min(spare, key=lambda slot: (bool(slot.cached), slot.last_used))
-            if not victim.cached or victim.last_used < target.last_used:
-                self._move_cache(target, victim)
-        return target
-
-    def _move_cache(self, source: _Slot, destination: _Slot) -> None:
-        self._spill(destination, kept=0)
-        self._copy(source, destination)
-        destination.key, destination.last_used = source.key, source.last_used
-        source.key = None
-        self.counters.moved_caches += 1
-
-    def _copy(self, source: _Slot, destination: _Slot) -> None:
-        """Make `destination`'s cache a copy of `source`'s, its token record included."""
-        copy_sequence(
-            self.context, source.seq_id, destination.seq_id, unified=self.kv_unified, whole_stream=self.stream_copies
-        )
-        self._copies_queued = self._copies_queued or self.stream_copies
-        destination.holds(source.cached, source.batch_computed, source.chunk_ends)
-
-    def _flush_copies(self) -> None:
-        """Carry out queued stream copies before a sequence's state is read or written: llama.cpp does
-        them at the start of a decode, so one token is decoded into the scratch sequence and removed."""
-        if not self._copies_queued:
-            return
-        scratch = len(self.slots)
-        self.batch.clear()
-        self.batch.add(0, 0, scratch, False)  # any token: nothing reads its KV
-        status = C.llama_decode(self.context, self.batch.raw)
-        self.batch.clear()
-        C.llama_memory_seq_rm(self.memory, scratch, -1, -1)
-        if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status} on model '{self.name}' (copying caches)")
-        self._copies_queued = False
-
-    def _finish(self, job: _Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
+    def _finish(self, job: Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
         text = job.text_bytes.decode("utf-8", errors="replace")
         if reason == "stop" and job.stop:
             cut = min((text.find(stop) for stop in job.stop if stop in text), default=-1)
@@ -760,12 +517,12 @@ class LlamaCppBackend:
         self._count(completion)
         return job.ticket, completion
 
-    def _reject_overflow(self, job: _Job) -> tuple[int, Completion]:
+    def _reject_overflow(self, job: Job) -> tuple[int, Completion]:
         reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
         error = overflow_message(self.name, len(job.prompt_tokens), self.context_length, reply)
         return self._reject(job, "context_overflow", error)
 
-    def _reject(self, job: _Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
+    def _reject(self, job: Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
         completion = Completion(
             text="",
             finish_reason=reason,
@@ -797,26 +554,11 @@ class LlamaCppBackend:
             if slot.job is not None and slot.job.sampler is not None:
                 slot.job.sampler.free()
         self.batch.close()
+        self.caches.close()
         if self.context:
             C.llama_free(self.context)
             self.context = None
         self.model.close()
-
-
-def gguf_adapter_file(adapter: Path, name: str) -> Path:
-    """The GGUF LoRA of an adapter entry: the file, or the one `.gguf` in its folder."""
-    if adapter.is_file():
-        return adapter
-    if not adapter.is_dir():
-        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} not found")
-    found = sorted(adapter.glob("*.gguf"))
-    if len(found) != 1:
-        what = "no GGUF LoRA" if not found else f"{len(found)} GGUF files"
-        raise ApplianceError(
-            f"model '{name}': field 'adapter': {adapter} holds {what}; llama_cpp needs exactly one "
-            "(`appliance adapter to-gguf` converts a PEFT folder)"
-        )
-    return found[0]
 
 
 @register_backend("llama_cpp")

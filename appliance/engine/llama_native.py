@@ -237,6 +237,52 @@ class LlamaModel:
         raise RuntimeError("chat template output kept growing")
 
 
+def gguf_adapter_file(adapter: Path, name: str) -> Path:
+    """The GGUF LoRA of an adapter entry: the file, or the one `.gguf` in its folder."""
+    if adapter.is_file():
+        return adapter
+    if not adapter.is_dir():
+        raise ApplianceError(f"model '{name}': field 'adapter': {adapter} not found")
+    found = sorted(adapter.glob("*.gguf"))
+    if len(found) != 1:
+        what = "no GGUF LoRA" if not found else f"{len(found)} GGUF files"
+        raise ApplianceError(
+            f"model '{name}': field 'adapter': {adapter} holds {what}; llama_cpp needs exactly one "
+            "(`appliance adapter to-gguf` converts a PEFT folder)"
+        )
+    return found[0]
+
+
+def new_context(
+    model: LlamaModel,
+    name: str,
+    *,
+    sequences: int,
+    context_length: int,
+    batch_tokens: int,
+    threads: int,
+    kv_unified: bool,
+    flash_attention: bool,
+) -> Any:
+    """A llama.cpp context of `sequences` sequences of `context_length` cells each."""
+    params = C.llama_context_default_params()
+    params.n_ctx = context_length * sequences
+    params.n_batch = params.n_ubatch = batch_tokens
+    params.n_seq_max = sequences
+    # Default: one KV stream per sequence, so attention only spans a sequence's own cells and its layout
+    # is the same as when decoded alone (docs/engine.md, "What the engine guarantees").
+    params.kv_unified = kv_unified
+    # ggml's CPU flash-attention kernel gives results that depend on how a prompt is split into batches;
+    # exact mode's planned chunks make it exact too (bench_results/notes/engine-exactness.md).
+    params.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.n_threads = params.n_threads_batch = threads
+    params.no_perf = True
+    context = C.llama_init_from_model(model.handle, params)
+    if not context:
+        raise ApplianceError(f"model '{name}': llama.cpp could not create a context of {params.n_ctx} tokens")
+    return context
+
+
 def read_sequence_state(context: Any, seq_id: int) -> tuple[Any, int]:
     """Sequence `seq_id`'s KV and cell records as llama.cpp serialises them: a byte array and its length."""
     size = int(C.llama_state_seq_get_size(context, seq_id))
@@ -250,7 +296,7 @@ def copy_sequence(context: Any, source: int, destination: int, *, unified: bool,
     In one KV stream (`unified`) llama.cpp's `seq_cp` only tags cells, at once. Across streams it
     queues a copy of the whole stream buffer for the next `llama_decode` (`whole_stream`); a state
     read or write of either sequence before then would see, or be overwritten by, the other's old
-    data, so the caller must run a decode first (`LlamaCppBackend._flush_copies`). Otherwise the used
+    data, so the caller must run a decode first (`SlotCaches.flush_copies`). Otherwise the used
     cells are copied through host memory at once; that copy leaves out the positions a sliding
     window already masks (see `chunk_plan.window_reuse`), so sliding-window models take the stream
     copy.

@@ -79,12 +79,7 @@ def stream_label_set(
     stored = StoredLabelSet(header.name, header.kind)
     observed: dict[str, list[float]] = {}
     with store.transaction():
-        previous = store.query("SELECT source_sha256 FROM label_sets WHERE label_set = ?", [header.name])
-        tables = ["label_sets", "label_items", "human_labels"]
-        if previous and previous[0][0] != header.source_sha256:
-            tables.append("label_judgments")  # the texts may have changed: cached verdicts go
-        for table in tables:
-            store.connection.execute(f"DELETE FROM {table} WHERE label_set = ?", [header.name])
+        _forget_previous(store, header)
         items: list[list[Any]] = []
         labels: list[list[Any]] = []
         for item, item_labels in records:
@@ -123,6 +118,16 @@ def stream_label_set(
             ],
         )
     return stored
+
+
+def _forget_previous(store: Store, header: LabelSetHeader) -> None:
+    """Delete an earlier import of the set; its cached verdicts too when its file changed (the texts may have)."""
+    previous = store.query("SELECT source_sha256 FROM label_sets WHERE label_set = ?", [header.name])
+    tables = ["label_sets", "label_items", "human_labels"]
+    if previous and previous[0][0] != header.source_sha256:
+        tables.append("label_judgments")
+    for table in tables:
+        store.connection.execute(f"DELETE FROM {table} WHERE label_set = ?", [header.name])
 
 
 def _flush(store: Store, items: list[list[Any]], labels: list[list[Any]]) -> None:

@@ -310,35 +310,13 @@ def _transcripts(store: Store, run_ids: Sequence[str], judges_dir: Path, limit: 
         episodes += store.query_records(TABLES["episodes"], [run_id])
     chosen = episodes[:limit]
     wanted = {str(row["episode_id"]) for row in chosen}
-    rows: dict[str, dict[str, list[dict[str, Any]]]] = {name: defaultdict(list) for name in ("messages", "judgments")}
-    scores: dict[str, dict[str, float | None]] = defaultdict(dict)
-    for run_id in run_ids:
-        for table in ("messages", "judgments"):
-            for row in store.query_records(TABLES[table], [run_id]):
-                if row["episode_id"] in wanted:
-                    rows[table][row["episode_id"]].append(row)
-        for row in store.query_records(TABLES["scores"], [run_id]):
-            if row["episode_id"] in wanted:
-                value = row["calibrated_value"] if row["calibrated_value"] is not None else row["value"]
-                seat = "" if row["scored_model"] == row["player"] else f" ({row['scored_model']})"
-                scores[row["episode_id"]][f"{row['metric']}{seat}"] = value
+    rows, scores = _episode_rows(store, run_ids, wanted)
     criteria_cache: dict[tuple[str, ...], list[LabelCriterion]] = {}
     transcripts = []
     for episode in chosen:
         episode_id = str(episode["episode_id"])
         judgments = rows["judgments"].get(episode_id, [])
-        by_target: dict[int, list[Verdict]] = defaultdict(list)
-        for row in judgments:
-            by_target[int(row["message_idx"])].append(
-                Verdict(
-                    judge=str(row["judge"]),
-                    criterion=str(row["criterion"]),
-                    score=row["score"],
-                    parsed=bool(row["parsed"]),
-                    template=str(row["template"] or ""),
-                    raw_text=str(row["raw_text"]),
-                )
-            )
+        by_target = _verdicts_by_message(judgments)
         own_messages = rows["messages"].get(episode_id, [])
         indices = {int(row["message_idx"]) for row in own_messages}
         templates = tuple(sorted({str(row["template"]) for row in judgments if row["template"]}))
@@ -370,3 +348,38 @@ def _transcripts(store: Store, run_ids: Sequence[str], judges_dir: Path, limit: 
             )
         )
     return transcripts, len(episodes)
+
+
+def _episode_rows(
+    store: Store, run_ids: Sequence[str], wanted: set[str]
+) -> tuple[dict[str, dict[str, list[dict[str, Any]]]], dict[str, dict[str, float | None]]]:
+    """The wanted episodes' messages and judgments (by table, then episode) and their scores by metric."""
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = {name: defaultdict(list) for name in ("messages", "judgments")}
+    scores: dict[str, dict[str, float | None]] = defaultdict(dict)
+    for run_id in run_ids:
+        for table in ("messages", "judgments"):
+            for row in store.query_records(TABLES[table], [run_id]):
+                if row["episode_id"] in wanted:
+                    rows[table][row["episode_id"]].append(row)
+        for row in store.query_records(TABLES["scores"], [run_id]):
+            if row["episode_id"] in wanted:
+                value = row["calibrated_value"] if row["calibrated_value"] is not None else row["value"]
+                seat = "" if row["scored_model"] == row["player"] else f" ({row['scored_model']})"
+                scores[row["episode_id"]][f"{row['metric']}{seat}"] = value
+    return rows, scores
+
+
+def _verdicts_by_message(judgments: list[dict[str, Any]]) -> dict[int, list[Verdict]]:
+    by_target: dict[int, list[Verdict]] = defaultdict(list)
+    for row in judgments:
+        by_target[int(row["message_idx"])].append(
+            Verdict(
+                judge=str(row["judge"]),
+                criterion=str(row["criterion"]),
+                score=row["score"],
+                parsed=bool(row["parsed"]),
+                template=str(row["template"] or ""),
+                raw_text=str(row["raw_text"]),
+            )
+        )
+    return by_target

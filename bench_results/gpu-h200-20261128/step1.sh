@@ -10,6 +10,6 @@ for v in 135m 135m-kv9 135m-heads8 135m-vocab128k 135m-untied 135m-layers16 synt
   echo "rc $?"; grep -E "bare loop|engine|error|Error|Fatal|CUDA|fault|File \"" $OUT/smoke-$v.log | grep -v "ggml_cuda_init\|Device 0\|found 1 CUDA" | head -12
 done
 echo "== CLI, 135m q4_1 quick"
-APPLIANCE_LLAMA_LOG=1 timeout 100 python3 -X faulthandler -m appliance bench --decode-only --quick --model gguf-135m-q4_1 --models bench_results/gpu-llama-models.toml --out $OUT > $OUT/cli-135m.log 2>&1
+APPLIANCE_LLAMA_LOG=1 timeout 100 python3 -X faulthandler -m appliance bench decode --quick --model gguf-135m-q4_1 --models bench_results/gpu-llama-models.toml --out $OUT > $OUT/cli-135m.log 2>&1
 echo "rc $?"; grep -vE "llama_model_loader|load_tensors|print_info|llama_context|llama_kv|graph_|sched_|init_tokenizer|load:|CUDA0|CPU_Mapped|llama_init|set_abort" $OUT/cli-135m.log | tail -25
 cd /tmp/wheel && for f in *.whl; do split -b 15M -d $f $OUT/$f.part; done; ls -la $OUT

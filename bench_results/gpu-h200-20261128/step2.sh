@@ -6,5 +6,5 @@ for seq in 64 16; do
   echo "== after (packed), $seq sequences"; timeout 100 python3 .gpu/probe.py gap /tmp/gguf/synthetic-1b-f16.gguf $seq $OUT/gap-after-$seq.json 2>&1 | tail -6
 done
 echo "== decode bench, 1B F16"
-timeout 200 python3 -m appliance bench --decode-only --model gguf-1b-f16 --models bench_results/gpu-llama-models.toml --out $OUT 2>&1 | tail -12
+timeout 200 python3 -m appliance bench decode --model gguf-1b-f16 --models bench_results/gpu-llama-models.toml --out $OUT 2>&1 | tail -12
 ls -la $OUT

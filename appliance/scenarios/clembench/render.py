@@ -35,20 +35,46 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
     if report.cross_play:
         console.print(_overall_table("cross-play (A--B: A in the first role; two-player games)", report.cross_play))
     if report.languages:
-        languages = Table(title="languages against English (the paper's Table 2)", title_justify="left")
-        for column in ("player", "game", "language", "% played", "change", "quality", "change"):
-            languages.add_column(column, justify="left" if column in ("player", "game", "language") else "right")
-        for lang in report.languages:
-            languages.add_row(
-                lang.player,
-                lang.game,
-                lang.language,
-                _number(lang.played),
-                _number(lang.played_change),
-                _number(lang.quality),
-                _number(lang.quality_change),
-            )
-        console.print(languages)
+        console.print(_languages_table(report))
+    console.print(_games_table(report))
+    thin = sorted({game.game for row in report.rows for game in row.games if game.episodes < MIN_EPISODES_PER_ROW})
+    if thin:
+        console.print(
+            f"Fewer than {MIN_EPISODES_PER_ROW} episodes per player in {', '.join(thin)}: those rows say little "
+            f"(a run of `--scenario clembench` plays {MIN_EPISODES_PER_ROW} per game row).",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for row in [*report.rows, *report.cross_play]:
+        for cause, count in sorted(row.failures.items()):
+            console.print(f"{row.player}: {count} episodes failed to run and count as aborted: {cause}", markup=False)
+    console.print(
+        "% played = episodes not aborted (a parse rule broken, or the episode failed to run); quality = mean "
+        "main score (0-100) of played episodes; both averaged over games; clemscore = % played x quality / 100. "
+        "Lost games are played games. Intervals: bootstrap over episodes within each game. Cut: player "
+        "replies that reached their token cap (sized per instance from the model's tokenizer)."
+    )
+
+
+def _languages_table(report: ClemReport) -> Table:
+    languages = Table(title="languages against English (the paper's Table 2)", title_justify="left")
+    for column in ("player", "game", "language", "% played", "change", "quality", "change"):
+        languages.add_column(column, justify="left" if column in ("player", "game", "language") else "right")
+    for lang in report.languages:
+        languages.add_row(
+            lang.player,
+            lang.game,
+            lang.language,
+            _number(lang.played),
+            _number(lang.played_change),
+            _number(lang.quality),
+            _number(lang.quality_change),
+        )
+    return languages
+
+
+def _games_table(report: ClemReport) -> Table:
     games = Table(title="per game", title_justify="left")
     columns = ("player", "game", "episodes", "% played", "quality", "95% CI", "std", "won", "lost", "aborted", "cut")
     for column in columns:
@@ -68,22 +94,4 @@ def print_clem_report(console: Console, report: ClemReport) -> None:
                 str(game.aborted),
                 str(game.cut_replies),
             )
-    console.print(games)
-    thin = sorted({game.game for row in report.rows for game in row.games if game.episodes < MIN_EPISODES_PER_ROW})
-    if thin:
-        console.print(
-            f"Fewer than {MIN_EPISODES_PER_ROW} episodes per player in {', '.join(thin)}: those rows say little "
-            f"(a run of `--scenario clembench` plays {MIN_EPISODES_PER_ROW} per game row).",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    for row in [*report.rows, *report.cross_play]:
-        for cause, count in sorted(row.failures.items()):
-            console.print(f"{row.player}: {count} episodes failed to run and count as aborted: {cause}", markup=False)
-    console.print(
-        "% played = episodes not aborted (a parse rule broken, or the episode failed to run); quality = mean "
-        "main score (0-100) of played episodes; both averaged over games; clemscore = % played x quality / 100. "
-        "Lost games are played games. Intervals: bootstrap over episodes within each game. Cut: player "
-        "replies that reached their token cap (sized per instance from the model's tokenizer)."
-    )
+    return games

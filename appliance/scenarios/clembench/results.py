@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from appliance.episodes import EpisodeKey, imported_episode
 from appliance.errors import ApplianceError
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store
@@ -62,35 +63,8 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
     run_id = f"clembench-import-{_digest(files)[:12]}"
     if store.has_run(run_id):
         return run_id, store.episode_count(run_id), False
-    episodes: list[EpisodeRecord] = []
     now = datetime.now(UTC).replace(tzinfo=None)
-    for name, content in files:
-        parts = name.parts
-        if len(parts) < 5:
-            raise ApplianceError(f"{path}: {name}: expected <players>/<game>/<experiment>/<episode>/scores.json")
-        players, game, experiment, episode = parts[-5:-1]
-        try:
-            scores = json.loads(content)
-            episode_scores = scores["episode scores"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise ApplianceError(f"{path}: {name}: no 'episode scores' ({error})") from None
-        instance_id = f"{game}/{experiment}/{episode}"
-        episodes.append(
-            EpisodeRecord(
-                episode_id=f"{run_id}:{SCENARIO}:{instance_id}:{players}",
-                run_id=run_id,
-                scenario=SCENARIO,
-                instance_id=instance_id,
-                player=players,
-                status="finished",
-                seed=0,
-                started_at=now,
-                finished_at=now,
-                wall_s=0.0,
-                metadata={"game": game, "experiment": experiment, "turn_scores": scores.get("turn scores", {})},
-                scores=_numeric_scores(episode_scores, players),
-            )
-        )
+    episodes = [_imported_episode(path, run_id, name, content, now) for name, content in files]
     if not episodes:
         raise ApplianceError(f"{path}: no scores.json files found")
     store.import_run(
@@ -107,3 +81,23 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
         episodes,
     )
     return run_id, len(episodes), True
+
+
+def _imported_episode(path: Path, run_id: str, name: PurePosixPath, content: bytes, now: datetime) -> EpisodeRecord:
+    """One episode from `<players>/<game>/<experiment>/<episode>/scores.json`."""
+    parts = name.parts
+    if len(parts) < 5:
+        raise ApplianceError(f"{path}: {name}: expected <players>/<game>/<experiment>/<episode>/scores.json")
+    players, game, experiment, episode = parts[-5:-1]
+    try:
+        scores = json.loads(content)
+        episode_scores = scores["episode scores"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ApplianceError(f"{path}: {name}: no 'episode scores' ({error})") from None
+    instance_id = f"{game}/{experiment}/{episode}"
+    return imported_episode(
+        EpisodeKey(run_id, SCENARIO, instance_id, players),
+        now,
+        metadata={"game": game, "experiment": experiment, "turn_scores": scores.get("turn scores", {})},
+        scores=_numeric_scores(episode_scores, players),
+    )

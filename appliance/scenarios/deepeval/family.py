@@ -12,7 +12,8 @@ opening word) and the public goods game in its mode.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.episodes import EpisodeContext
@@ -20,13 +21,12 @@ from appliance.judging.templates import load_roles_template
 from appliance.run_config import SupportRole
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
-from appliance.scenarios.deepeval.code_review import CodeProblem, judge_code_review, load_problems, play_code_review
+from appliance.scenarios.deepeval.code_review import judge_code_review, load_problems, play_code_review
 from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, task_is_stable
 from appliance.scenarios.deepeval.public_goods import play_public_goods
 from appliance.scenarios.deepeval.settings import SETTINGS_FILE, DeepEvalSettings
 from appliance.scenarios.deepeval.tasks import TASKS, TaskSpec, task_specs
 from appliance.scenarios.deepeval.translation import (
-    Passage,
     judge_translation,
     load_passages,
     play_translation,
@@ -80,6 +80,67 @@ class DeepEvalData:
         items = self.items[task]
         item = items[repetition % len(items)]
         return DeepEvalInstance(id=f"{task}/r{repetition:02d}", task=task, repetition=repetition, item=item)
+
+
+Play = Callable[[DeepEvalData, EpisodeContext, DeepEvalInstance], Awaitable[None]]
+Judge = Callable[[DeepEvalData, EpisodeContext, DeepEvalInstance, list[str], str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TaskRules:
+    """How one task is played, and judged where a panel rates it (the writer-editor tasks)."""
+
+    play: Play
+    judge: Judge | None = None
+
+
+async def _public_goods(data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance) -> None:
+    await play_public_goods(ctx, data.settings, int(instance.item.removeprefix("mode")))
+
+
+async def _idiom_chain(data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance) -> None:
+    await play_word_chain(ctx, data.settings, data.idioms, instance.item)
+
+
+async def _word_chain(data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance) -> None:
+    await play_word_chain(ctx, data.settings, data.words, instance.item)
+
+
+async def _code_review(data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance) -> None:
+    await play_code_review(ctx, data.settings, data.problems[instance.item])
+
+
+async def _judge_code_review(
+    data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance, judges: list[str], panel: str
+) -> None:
+    await judge_code_review(ctx, data.settings, data.problems[instance.item], data.template, judges, panel)
+
+
+async def _translation(data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance) -> None:
+    await play_translation(ctx, data.settings, data.passages[instance.item])
+
+
+async def _judge_translation(
+    data: DeepEvalData, ctx: EpisodeContext, instance: DeepEvalInstance, judges: list[str], panel: str
+) -> None:
+    await judge_translation(ctx, data.settings, data.passages[instance.item], data.template, judges, panel)
+
+
+#: every task of `tasks.TASKS`, by id
+TASK_RULES: dict[str, TaskRules] = {
+    "public_goods_mode1": TaskRules(_public_goods),
+    "public_goods_mode2": TaskRules(_public_goods),
+    "idiom_chain": TaskRules(_idiom_chain),
+    "word_chain": TaskRules(_word_chain),
+    "code_review": TaskRules(_code_review, _judge_code_review),
+    "translation": TaskRules(_translation, _judge_translation),
+}
+
+
+def task_rules(task: str) -> TaskRules:
+    if task not in TASK_RULES:
+        raise ValueError(f"unknown DeepEval task '{task}' (known: {', '.join(TASK_RULES)})")
+    return TASK_RULES[task]
 
 
 class WaveStage(JudgedFamily):
@@ -145,34 +206,15 @@ class WaveStage(JudgedFamily):
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, DeepEvalInstance)
-        data, task = self.data, instance.task
-        if task.startswith("public_goods"):
-            await play_public_goods(ctx, data.settings, int(instance.item.removeprefix("mode")))
-        elif task in ("idiom_chain", "word_chain"):
-            await play_word_chain(
-                ctx, data.settings, data.idioms if task == "idiom_chain" else data.words, instance.item
-            )
-        elif task == "code_review":
-            await play_code_review(ctx, data.settings, self._problem(instance))
-        elif task == "translation":
-            await play_translation(ctx, data.settings, self._passage(instance))
-        else:
-            raise ValueError(f"unknown DeepEval task '{task}'")
+        await task_rules(instance.task).play(self.data, ctx, instance)
         await self.judge(ctx, instance, judges, panel)
 
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         """Only the writer-editor tasks have verdicts; the games are scored by their rules."""
         assert isinstance(instance, DeepEvalInstance)
-        if instance.task == "code_review":
-            await judge_code_review(ctx, self.data.settings, self._problem(instance), self.data.template, judges, panel)
-        elif instance.task == "translation":
-            await judge_translation(ctx, self.data.settings, self._passage(instance), self.data.template, judges, panel)
-
-    def _problem(self, instance: DeepEvalInstance) -> CodeProblem:
-        return self.data.problems[instance.item]
-
-    def _passage(self, instance: DeepEvalInstance) -> Passage:
-        return self.data.passages[instance.item]
+        rules = task_rules(instance.task)
+        if rules.judge is not None:
+            await rules.judge(self.data, ctx, instance, judges, panel)
 
 
 class DeepEvalFamily(StagedFamily):

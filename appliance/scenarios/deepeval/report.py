@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.family import DeepEvalFamily
 from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples, stability, task_of
-from appliance.scenarios.deepeval.settings import DeepEvalSettings
+from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import PayoffKind, TaskSpec, public_goods_seats, task_specs
 from appliance.scenarios.registry import load_family
 from appliance.stats import bootstrap_interval
@@ -159,25 +159,7 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
     specs = task_specs(settings.public_goods, len(players))
     rule = settings.repetitions
     samples = metric_samples(run, panel_name)
-    payoffs = payoff_samples(samples, specs)
-    rows: list[PayoffRow] = []
-    for spec in specs:
-        for (task, model, role), values in sorted(payoffs.items()):
-            if task != spec.id:
-                continue
-            payoff = spec.payoffs[role]
-            judged = stability(values, payoff, rule)
-            extras = {metric: _mean(samples.get((task, model, metric), [])) for metric in spec.extras.get(role, ())}
-            cell = PayoffCell(
-                mean=_mean(values),
-                ci=judged.interval,
-                n=len(values),
-                stable=judged.stable,
-                kind=payoff.kind,
-                half_width=judged.half_width,
-                limit=judged.limit,
-            )
-            rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
+    rows = _payoff_rows(specs, samples, rule)
     symmetric_tasks = {spec.id for spec in specs if spec.symmetric}
     episodes = run.episodes()
     positions = chain_positions(episodes)
@@ -203,6 +185,32 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
         confidence=rule.confidence,
         settings_source=source,
     )
+
+
+def _payoff_rows(
+    specs: list[TaskSpec], samples: dict[tuple[str, str, str], list[float]], rule: Repetitions
+) -> list[PayoffRow]:
+    """Each task's payoff per model and role, judged for stability under the repetition rule."""
+    payoffs = payoff_samples(samples, specs)
+    rows: list[PayoffRow] = []
+    for spec in specs:
+        for (task, model, role), values in sorted(payoffs.items()):
+            if task != spec.id:
+                continue
+            payoff = spec.payoffs[role]
+            judged = stability(values, payoff, rule)
+            extras = {metric: _mean(samples.get((task, model, metric), [])) for metric in spec.extras.get(role, ())}
+            cell = PayoffCell(
+                mean=_mean(values),
+                ci=judged.interval,
+                n=len(values),
+                stable=judged.stable,
+                kind=payoff.kind,
+                half_width=judged.half_width,
+                limit=judged.limit,
+            )
+            rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
+    return rows
 
 
 def chain_positions(episodes: list[StoredEpisode]) -> list[ChainPositions]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -28,42 +29,54 @@ def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:
     for language, block in settings.items():
         if not isinstance(block, dict) or "characters" not in block or "situations" not in block:
             raise ApplianceError(f"{settings_path}: field '{language}': needs 'characters' and 'situations'")
-        for index, character in enumerate(block["characters"]):
-            where = f"{settings_path}: field '{language}.characters[{index}]'"
-            try:
-                name = character["char_name"]
-                cards.append(
-                    Card(
-                        id=f"{language}-{_slug(name)}-{index}",
-                        language=language,
-                        name=name,
-                        summary=character.get("summary") or name,
-                        description=character["system_prompt"],
-                        greeting=character.get("greeting") or character.get("initial_message") or "",
-                    )
-                )
-            except (KeyError, TypeError, ValidationError) as error:
-                raise ApplianceError(f"{where}: missing or invalid {error}") from None
-        for index, situation in enumerate(block["situations"]):
-            where = f"{settings_path}: field '{language}.situations[{index}]'"
-            try:
-                situations.append(
-                    Situation(
-                        id=f"{language}-situation-{index}",
-                        language=language,
-                        text=situation["text"],
-                        turns=int(situation.get("num_turns", DEFAULT_TURNS)),
-                        tags=tuple(situation.get("tags", ())),
-                    )
-                )
-            except (KeyError, TypeError, ValueError, ValidationError) as error:
-                raise ApplianceError(f"{where}: missing or invalid {error}") from None
+        cards += _cards(settings_path, language, block["characters"])
+        situations += _situations(settings_path, language, block["situations"])
     out_folder.mkdir(parents=True, exist_ok=True)
     (out_folder / "cards.toml").write_text(to_toml({"card": [c.model_dump() for c in cards]}), encoding="utf-8")
     (out_folder / "situations.toml").write_text(
         to_toml({"situation": [s.model_dump() for s in situations]}), encoding="utf-8"
     )
     return len(cards), len(situations)
+
+
+def _cards(settings_path: Path, language: str, characters: list[Any]) -> list[Card]:
+    cards: list[Card] = []
+    for index, character in enumerate(characters):
+        where = f"{settings_path}: field '{language}.characters[{index}]'"
+        try:
+            name = character["char_name"]
+            cards.append(
+                Card(
+                    id=f"{language}-{_slug(name)}-{index}",
+                    language=language,
+                    name=name,
+                    summary=character.get("summary") or name,
+                    description=character["system_prompt"],
+                    greeting=character.get("greeting") or character.get("initial_message") or "",
+                )
+            )
+        except (KeyError, TypeError, ValidationError) as error:
+            raise ApplianceError(f"{where}: missing or invalid {error}") from None
+    return cards
+
+
+def _situations(settings_path: Path, language: str, entries: list[Any]) -> list[Situation]:
+    situations: list[Situation] = []
+    for index, situation in enumerate(entries):
+        where = f"{settings_path}: field '{language}.situations[{index}]'"
+        try:
+            situations.append(
+                Situation(
+                    id=f"{language}-situation-{index}",
+                    language=language,
+                    text=situation["text"],
+                    turns=int(situation.get("num_turns", DEFAULT_TURNS)),
+                    tags=tuple(situation.get("tags", ())),
+                )
+            )
+        except (KeyError, TypeError, ValueError, ValidationError) as error:
+            raise ApplianceError(f"{where}: missing or invalid {error}") from None
+    return situations
 
 
 def _slug(text: str) -> str:

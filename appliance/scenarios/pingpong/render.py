@@ -13,6 +13,32 @@ CRITERION_HEADERS = {"entertaining": "entert.", "fluent": "fluent"}
 
 
 def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
+    console.print(_leaderboard_table(board))
+    ended = {row.model: row.ended_early for row in board.rows if row.ended_early}
+    if ended:
+        console.print(
+            "Ended early (a prompt outgrew a model's context; the turns played are judged): "
+            + ", ".join(f"{model} {count}" for model, count in ended.items())
+            + "."
+        )
+    if board.judging.startswith("likelihood"):
+        _print_likelihood_notes(console, board)
+        return
+    console.print(
+        f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
+        f"conversations). A conversation in which any judge flagged a turn as a refusal counts in 'refusals'; "
+        f"that judge's verdicts on it are left out, the other judges score it. LN score = final x "
+        f"(1 + 0.07 (median / mean len - 1)), clamped to [0.93, 1]; median of the models' mean reply lengths = "
+        f"{_number(board.median_of_mean_lengths, 0)} chars. cut = player replies / interrogator messages "
+        f"stopped by the token cap. Intervals: bootstrap over conversations."
+    )
+    if board.calibration:
+        console.print(f"calibrated = final mapped to {_calibration_words(board.calibration)}.")
+    if len(board.panels) > 1:
+        console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")
+
+
+def _leaderboard_table(board: PingPongLeaderboard) -> Table:
     table = Table(
         title=f"{board.scenario} leaderboard, run {board.run_id} ({board.status}), panel '{board.panel}'",
         title_justify="left",
@@ -57,29 +83,7 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
             *([_number(row.calibrated_final), _interval(row.calibrated_final_ci)] if board.calibration else []),
             *(_number(getattr(row, f"calibrated_{metric}")) for metric in board.criterion_calibrations),
         )
-    console.print(table)
-    ended = {row.model: row.ended_early for row in board.rows if row.ended_early}
-    if ended:
-        console.print(
-            "Ended early (a prompt outgrew a model's context; the turns played are judged): "
-            + ", ".join(f"{model} {count}" for model, count in ended.items())
-            + "."
-        )
-    if board.judging.startswith("likelihood"):
-        _print_likelihood_notes(console, board)
-        return
-    console.print(
-        f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
-        f"conversations). A conversation in which any judge flagged a turn as a refusal counts in 'refusals'; "
-        f"that judge's verdicts on it are left out, the other judges score it. LN score = final x "
-        f"(1 + 0.07 (median / mean len - 1)), clamped to [0.93, 1]; median of the models' mean reply lengths = "
-        f"{_number(board.median_of_mean_lengths, 0)} chars. cut = player replies / interrogator messages "
-        f"stopped by the token cap. Intervals: bootstrap over conversations."
-    )
-    if board.calibration:
-        console.print(f"calibrated = final mapped to {_calibration_words(board.calibration)}.")
-    if len(board.panels) > 1:
-        console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")
+    return table
 
 
 def _print_likelihood_notes(console: Console, board: PingPongLeaderboard) -> None:

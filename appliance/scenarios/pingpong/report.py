@@ -191,13 +191,7 @@ def _row(
     """`rating_scale`: the final is a 1-5 rating (sampled panel), so the length factor applies to it;
     otherwise it applies to the calibrated final only."""
     own_episodes = [e for e in episodes if e.player == player]
-    per_episode: dict[str, dict[str, float | None]] = {}
-    calibrated: dict[str, dict[str, float]] = {}
-    for score in scores:
-        if score.player == player:
-            per_episode.setdefault(score.episode_id, {})[score.metric] = score.value
-            if score.calibrated_value is not None:
-                calibrated.setdefault(score.metric, {})[score.episode_id] = score.calibrated_value
+    per_episode, calibrated = _player_scores(player, scores)
     judged = {episode: metrics for episode, metrics in per_episode.items() if metrics.get("final") is not None}
     measured = {episode for episode, metrics in per_episode.items() if metrics.get("refusal") is not None}
     refused = {episode for episode in measured if per_episode[episode]["refusal"] == 1.0}
@@ -214,7 +208,6 @@ def _row(
     }
     calibrated_final = kept_calibrated.get("final", [])
     normalised = [value * factor for value in (finals if rating_scale else calibrated_final)]
-    own_messages = [m for m in messages if m.player == player]
     return PingPongRow(
         model=player,
         episodes=len(own_episodes),
@@ -233,15 +226,32 @@ def _row(
         ln_score=mean(normalised) if normalised else None,
         ln_score_ci=bootstrap_interval(normalised, seed=seed),
         unparsed_verdicts=int(sum(v for m in per_episode.values() if (v := m.get("unparsed_verdicts")) is not None)),
-        cut_replies=sum(1 for m in own_messages if m.speaker == "player" and m.finish_reason == "length"),
-        cut_interrogator_messages=sum(
-            1 for m in own_messages if m.speaker == "interrogator" and m.finish_reason == "length"
-        ),
+        cut_replies=_cut(messages, player, "player"),
+        cut_interrogator_messages=_cut(messages, player, "interrogator"),
         calibrated_final=mean(calibrated_final) if calibrated_final else None,
         calibrated_final_ci=bootstrap_interval(calibrated_final, seed=seed),
         calibrated_entertaining=_mean_or_none(kept_calibrated.get("entertaining")),
         calibrated_fluent=_mean_or_none(kept_calibrated.get("fluent")),
     )
+
+
+def _player_scores(
+    player: str, scores: list[StoredScore]
+) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, float]]]:
+    """A player's scores by episode and metric, and its calibrated values by metric and episode."""
+    per_episode: dict[str, dict[str, float | None]] = {}
+    calibrated: dict[str, dict[str, float]] = {}
+    for score in scores:
+        if score.player == player:
+            per_episode.setdefault(score.episode_id, {})[score.metric] = score.value
+            if score.calibrated_value is not None:
+                calibrated.setdefault(score.metric, {})[score.episode_id] = score.calibrated_value
+    return per_episode, calibrated
+
+
+def _cut(messages: list[StoredMessage], player: str, speaker: str) -> int:
+    """How many of the player's conversations' messages by `speaker` stopped at their token cap."""
+    return sum(1 for m in messages if m.player == player and m.speaker == speaker and m.finish_reason == "length")
 
 
 def _mean_or_none(values: list[float] | None) -> float | None:

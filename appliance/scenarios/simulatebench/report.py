@@ -98,6 +98,32 @@ def _row(
     own = [e for e in episodes if e.player == player]
     not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
     failed = sum(1 for e in own if not e.finished) - not_fitting
+    variants, base_results, base_tokens, unparsed = _results(own, by_episode, shortest_prompt)
+    fields = sorted({v.field for v in variants} - {"base"})
+    per_character = [ca for results in base_results.values() if (ca := consistency_accuracy(results)) is not None]
+    return ConsistencyRow(
+        model=player,
+        profiles=len(own),
+        characters=len(base_results),
+        not_fitting=not_fitting,
+        failed=failed,
+        ca=fmean(per_character) if per_character else None,
+        ca_ci=bootstrap_interval(per_character, seed=seed) if len(per_character) > 1 else None,
+        ca_by_part=_ca_by_part(base_results),
+        unparsed_answers=unparsed,
+        rcov_by_field={f: field_rcov(variants, f) for f in fields},
+        variants=variants,
+        questions_per_character=fmean(len(q) for q in base_results.values()) if base_results else None,
+        profile_tokens=int(median(base_tokens)) if base_tokens else None,
+        rcov_values=_rcov_values(variants, fields),
+    )
+
+
+def _results(
+    own: list[StoredEpisode], by_episode: dict[str, list[tuple[str, bool, bool, bool]]], shortest_prompt: dict[str, int]
+) -> tuple[list[VariantResult], dict[str, list[QuestionResult]], list[int], int]:
+    """Per finished profile episode: its variant's CA; the base profiles' answers by character, their prompt
+    tokens, and the answers that did not parse."""
     variants: list[VariantResult] = []
     base_results: dict[str, list[QuestionResult]] = {}
     base_tokens: list[int] = []
@@ -123,8 +149,11 @@ def _row(
             base_results[character] = questions
             if episode.episode_id in shortest_prompt:
                 base_tokens.append(shortest_prompt[episode.episode_id])
-    fields = sorted({v.field for v in variants} - {"base"})
-    per_character = [ca for results in base_results.values() if (ca := consistency_accuracy(results)) is not None]
+    return variants, base_results, base_tokens, unparsed
+
+
+def _ca_by_part(base_results: dict[str, list[QuestionResult]]) -> dict[str, float | None]:
+    """Mean CA over characters of each part of the questions (a character counts where it has that part)."""
     by_part: dict[str, float | None] = {}
     for part in PARTS:
         values = [
@@ -133,24 +162,14 @@ def _row(
             if (ca := consistency_accuracy([q for q in results if q[0] == part])) is not None
         ]
         by_part[part] = fmean(values) if values else None
-    return ConsistencyRow(
-        model=player,
-        profiles=len(own),
-        characters=len(base_results),
-        not_fitting=not_fitting,
-        failed=failed,
-        ca=fmean(per_character) if per_character else None,
-        ca_ci=bootstrap_interval(per_character, seed=seed) if len(per_character) > 1 else None,
-        ca_by_part=by_part,
-        unparsed_answers=unparsed,
-        rcov_by_field={f: field_rcov(variants, f) for f in fields},
-        variants=variants,
-        questions_per_character=fmean(len(q) for q in base_results.values()) if base_results else None,
-        profile_tokens=int(median(base_tokens)) if base_tokens else None,
-        rcov_values=max(
-            (Counter(v.character for v in variants if v.field in (f, "base")).most_common(1)[0][1] for f in fields),
-            default=None,
-        ),
+    return by_part
+
+
+def _rcov_values(variants: list[VariantResult], fields: list[str]) -> int | None:
+    """The most variants (the base included) any character has for one field: how many values RCoV spreads over."""
+    return max(
+        (Counter(v.character for v in variants if v.field in (f, "base")).most_common(1)[0][1] for f in fields),
+        default=None,
     )
 
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from appliance.episodes import EpisodeKey, imported_episode
 from appliance.errors import ApplianceError
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.simulatebench.importer import QUESTION_FOLDERS, variant_label
@@ -93,36 +94,9 @@ def import_published_answers(store: Store, path: Path, prompt: str = "few_shot/p
     if store.has_run(run_id):
         return run_id, store.episode_count(run_id), False
     now = datetime.now(UTC).replace(tzinfo=None)
-    episodes: list[EpisodeRecord] = []
-    for character in characters:
-        answers = {kind: _load_answers(files[character, kind], prompt) for kind in QUESTION_FOLDERS}
-        models = set.intersection(*(_models(entries) for entries in answers.values()))
-        variant, field = _variant(character)
-        questions = [(part, entry) for kind, part in QUESTION_FOLDERS.items() for entry in answers[kind]]
-        for model in sorted(models):
-            judgments = [_verdict(part, index, entry, model) for index, (part, entry) in enumerate(questions)]
-            episodes.append(
-                EpisodeRecord(
-                    episode_id=f"{run_id}:{SCENARIO}:{character}:{model}",
-                    run_id=run_id,
-                    scenario=SCENARIO,
-                    instance_id=character,
-                    player=model,
-                    status="finished",
-                    seed=0,
-                    started_at=now,
-                    finished_at=now,
-                    wall_s=0.0,
-                    player_model=model,
-                    metadata={
-                        "character": BASE_CHARACTER,
-                        "variant": variant,
-                        "field": field,
-                        "answer_test": AUTHORS_TEST,
-                    },
-                    judgments=judgments,
-                )
-            )
+    episodes = [
+        episode for character in characters for episode in _character_episodes(run_id, character, files, prompt, now)
+    ]
     store.import_run(
         RunRecord(
             run_id=run_id,
@@ -142,6 +116,26 @@ def import_published_answers(store: Store, path: Path, prompt: str = "few_shot/p
         episodes,
     )
     return run_id, len(episodes), True
+
+
+def _character_episodes(
+    run_id: str, character: str, files: dict[tuple[str, str], Path], prompt: str, now: datetime
+) -> list[EpisodeRecord]:
+    """One episode per model that answered every question of `character` (a profile or one of its variants)."""
+    answers = {kind: _load_answers(files[character, kind], prompt) for kind in QUESTION_FOLDERS}
+    models = set.intersection(*(_models(entries) for entries in answers.values()))
+    variant, field = _variant(character)
+    questions = [(part, entry) for kind, part in QUESTION_FOLDERS.items() for entry in answers[kind]]
+    return [
+        imported_episode(
+            EpisodeKey(run_id, SCENARIO, character, model),
+            now,
+            player_model=model,
+            metadata={"character": BASE_CHARACTER, "variant": variant, "field": field, "answer_test": AUTHORS_TEST},
+            judgments=[_verdict(part, index, entry, model) for index, (part, entry) in enumerate(questions)],
+        )
+        for model in sorted(models)
+    ]
 
 
 def _verdict(part: str, index: int, entry: dict[str, Any], model: str) -> JudgmentRecord:

@@ -40,32 +40,9 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
                 breakdown.add_row(row.player, by, group, _cell(cell))
     console.print(breakdown)
     if report.hardest_tasks:
-        title = "hardest and simplest tasks of each type (mean rating over every model; the paper's Table 2)"
-        tasks = Table(title=title, title_justify="left")
-        for column in ("end", "task", "type", "scripts", "mean", "per model"):
-            tasks.add_column(column, justify="right" if column in ("scripts", "mean") else "left")
-        for end, rows in (("hardest", report.hardest_tasks), ("simplest", report.simplest_tasks)):
-            for task in rows:
-                per_model = ", ".join(f"{p} {_number(v)}" for p, v in task.by_player.items())
-                tasks.add_row(end, task.task, task.task_type, str(task.scripts), _number(task.mean), per_model)
-        console.print(tasks)
+        console.print(_tasks_table(report))
     if report.pairs:
-        pairs = Table(title="pairwise (both orders; a win needs both)", title_justify="left")
-        for column in ("first", "second", "subset", "compared", "win %", "tie %", "lose %", "delta", "undecided"):
-            pairs.add_column(column, justify="left" if column in ("first", "second", "subset") else "right")
-        for pair in report.pairs:
-            pairs.add_row(
-                pair.first,
-                pair.second,
-                pair.subset,
-                str(pair.compared),
-                _number(pair.win),
-                _number(pair.tie),
-                _number(pair.lose),
-                _number(pair.delta),
-                str(pair.undecided),
-            )
-        console.print(pairs)
+        console.print(_pairs_table(report))
     if report.collection is not None:
         c = report.collection
         strategies = ", ".join(f"{name} {count}" for name, count in sorted(c.strategies.items())) or "none"
@@ -80,3 +57,34 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
         "Hard subset = FirstChan + SubseqChan scripts. cut = replies stopped by the token cap. "
         "Intervals: bootstrap over tasks (a task's scripts are drawn together)."
     )
+
+
+def _tasks_table(report: SimulBenchReport) -> Table:
+    title = "hardest and simplest tasks of each type (mean rating over every model; the paper's Table 2)"
+    tasks = Table(title=title, title_justify="left")
+    for column in ("end", "task", "type", "scripts", "mean", "per model"):
+        tasks.add_column(column, justify="right" if column in ("scripts", "mean") else "left")
+    for end, rows in (("hardest", report.hardest_tasks), ("simplest", report.simplest_tasks)):
+        for task in rows:
+            per_model = ", ".join(f"{p} {_number(v)}" for p, v in task.by_player.items())
+            tasks.add_row(end, task.task, task.task_type, str(task.scripts), _number(task.mean), per_model)
+    return tasks
+
+
+def _pairs_table(report: SimulBenchReport) -> Table:
+    pairs = Table(title="pairwise (both orders; a win needs both)", title_justify="left")
+    for column in ("first", "second", "subset", "compared", "win %", "tie %", "lose %", "delta", "undecided"):
+        pairs.add_column(column, justify="left" if column in ("first", "second", "subset") else "right")
+    for pair in report.pairs:
+        pairs.add_row(
+            pair.first,
+            pair.second,
+            pair.subset,
+            str(pair.compared),
+            _number(pair.win),
+            _number(pair.tie),
+            _number(pair.lose),
+            _number(pair.delta),
+            str(pair.undecided),
+        )
+    return pairs
