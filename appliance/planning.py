@@ -16,7 +16,8 @@ from appliance.errors import ApplianceError
 from appliance.panels import get_panel
 from appliance.paths import judges_dir
 from appliance.run_config import RunConfig
-from appliance.scenarios.registry import FamilyEntry
+from appliance.scenarios.registry import FamilyEntry, family_entry, family_options
+from appliance.scenarios.spec import family_of
 
 #: instances per scenario when one is named without --limit or --all and the family has no default
 DEFAULT_LIMIT = 6
@@ -41,6 +42,8 @@ class RunRequest:
     unsafe_code_execution: bool = False
     #: "I/N": play shard I of N of the plan
     shard: str | None = None
+    #: family -> its own options as `--set NAME.KEY=VALUE` gave them (each family checks its own)
+    family_options: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def quick(self) -> bool:
@@ -84,9 +87,38 @@ def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEnt
         unsafe_code_execution=request.unsafe_code_execution,
         shard=request.shard,
     )
+    config.family_options = checked_family_options(request.family_options, config.scenarios)
     for name in config.role_models():
         catalog.get(name)  # an unknown model is refused before anything is loaded
     return config
+
+
+def checked_family_options(given: dict[str, dict[str, str]], scenarios: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each family's `--set` options checked by the family's own model, as the run stores them (only the
+    keys given); a family the run does not play is refused."""
+    playing = {family_of(spec) for spec in scenarios}
+    checked: dict[str, dict[str, Any]] = {}
+    for name, values in given.items():
+        if name not in playing:
+            raise ApplianceError(f"--set {name}.{next(iter(values))}: '{name}' is not a scenario of this run")
+        options = family_options(family_entry(name), values)
+        if options is not None:
+            checked[name] = options.model_dump(mode="json", exclude_unset=True)
+    return checked
+
+
+def parse_family_options(assignments: Sequence[str]) -> dict[str, dict[str, str]]:
+    """`NAME.KEY=VALUE` assignments by family, the values as written (each family's model converts them)."""
+    parsed: dict[str, dict[str, str]] = {}
+    for assignment in assignments:
+        target, equals, value = assignment.partition("=")
+        name, dot, key = target.strip().partition(".")
+        if not (equals and dot and name and key):
+            raise ApplianceError(
+                f"--set '{assignment}': expected NAME.KEY=VALUE (a family, one of its options, a value)"
+            )
+        parsed.setdefault(name, {})[key.strip()] = value.strip()
+    return parsed
 
 
 def quick_suite_note(config: RunConfig, families: Sequence[FamilyEntry[Any]]) -> str:

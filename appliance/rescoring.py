@@ -21,7 +21,7 @@ from appliance.pool import ModelPool
 from appliance.roles import BackendFactory, episode_roles
 from appliance.run_config import RunConfig
 from appliance.runner import prepare_stage
-from appliance.scenarios import load_family
+from appliance.scenarios import load_run_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scheduler import Scheduler
 from appliance.store import MessageRecord, Store
@@ -56,7 +56,7 @@ def _playable(store: Store, run_id: str, config: RunConfig) -> dict[tuple[str, s
     """
     playable: dict[tuple[str, str], tuple[ScenarioFamily, Instance]] = {}
     for spec in config.scenarios:
-        family = load_family(spec, seed=config.seed, store=store)
+        family = load_run_family(spec, config, store)
         for stage in family.stages():
             prepare_stage(stage, store, run_id)
             playable |= {(stage.name, instance.id): (stage, instance) for instance in stage.instances()}

@@ -47,6 +47,8 @@ class RunConfig(BaseModel):
     calibrations: dict[str, str] = Field(default_factory=dict)
     #: family -> the settings it played with (set when the run starts; its report reads them)
     family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: family -> its own options set with `--set NAME.KEY=VALUE`, checked by the family's options model
+    family_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: "I/N": this run plays shard I of N of the plan (`appliance.sharding`); `appliance merge` joins them
     shard: str | None = None
     #: the Ray cluster the run started on (`appliance.cluster`), None in one process; not part of the plan

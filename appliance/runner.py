@@ -33,7 +33,7 @@ from appliance.pool import ModelPool
 from appliance.roles import BackendFactory
 from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
-from appliance.scenarios import load_family
+from appliance.scenarios import load_run_family
 from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily
 from appliance.scenarios.spec import family_of
 from appliance.sharding import ShardDeal
@@ -299,7 +299,7 @@ class Runner:
                 f"--resume {run_id}: {self.catalog.source} changed model {', '.join(changed)} since the run "
                 "started; resume with the models file the run started with"
             )
-        families = [load_family(spec, seed=config.seed, store=self.store) for spec in config.scenarios]
+        families = [load_run_family(spec, config, self.store) for spec in config.scenarios]
         return self._play_run(run_id, config, families, True, on_episode, on_plan)
 
     def _play_run(

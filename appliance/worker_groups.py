@@ -16,14 +16,13 @@ models, and the requests it held are sent again (same seeds, same answers).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.catalog import Catalog
-from appliance.engine.backend import BackendCounters
+from appliance.engine.backend import BackendBase, BackendCounters
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.errors import ApplianceError
 from appliance.offline import enforce_offline
@@ -142,19 +141,17 @@ class ModelServer:
         self.pool.close()
 
 
-class RemoteBackend:
-    """A model that a group worker hosts, as a backend of an episode worker's scheduler. Its counters
-    stay empty: the tokens are counted where they are computed, in the group worker."""
+class RemoteBackend(BackendBase):
+    """A model that a group worker hosts, as a backend of an episode worker's scheduler. Its token
+    counters stay empty: the tokens are counted where they are computed, in the group worker."""
 
     def __init__(self, name: str, server: Any) -> None:
-        self.name = name
-        self.counters = BackendCounters()
+        super().__init__(name)
         self._server = server
-        self._tickets = itertools.count()
         self._pending: dict[Any, int] = {}  # Ray object ref -> ticket
 
     def submit(self, request: GenerationRequest) -> int:
-        ticket = next(self._tickets)
+        ticket = self._ticket()
         self._pending[self._server.generate.remote(self.name, request)] = ticket
         return ticket
 

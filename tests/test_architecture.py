@@ -30,6 +30,7 @@ from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
 from appliance.scheduler import Scheduler
+from appliance.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "appliance"
@@ -188,6 +189,26 @@ def test_an_example_family_in_its_own_folder_runs_through_the_cli_on_the_real_mo
     shown = cli("report", "--db", db)
     assert shown.returncode == 0, shown.stderr
     assert "recall accuracy" in shown.stdout and "smollm2-135m" in shown.stdout
+    # the family's own option, declared in its folder only (RecallOptions), set on the command line,
+    # stored with the run and read by the family: every reply stops at the 2 tokens it allows
+    capped_db = str(tmp_path / "capped.duckdb")
+    capped = cli("run", "--scenario", "recall", "--players", "smollm2-135m", "--limit", "3",
+                 "--set", "recall.answer_tokens=2", "--db", capped_db, "--json")  # fmt: skip
+    assert capped.returncode == 0, capped.stderr
+    with Store.open(Path(capped_db), read_only=True) as store:
+        (config,) = store.query("SELECT config FROM runs")
+        assert json.loads(config[0])["family_options"] == {"recall": {"answer_tokens": 2}}
+        tokens = [row[0] for row in store.query("SELECT completion_tokens FROM messages")]
+    assert len(tokens) == 3 and max(tokens) == 2, tokens
+    mistakes = {
+        "recall.answer_tokens=0": "recall.answer_tokens",
+        "recall.colour=red": "recall.colour",
+        "clembench.x=1": "'clembench' is not a scenario of this run",
+        "recall": "NAME.KEY=VALUE",
+    }
+    for wrong, named in mistakes.items():
+        refused = cli("run", "--scenario", "recall", "--players", "smollm2-135m", "--set", wrong, "--db", capped_db)
+        assert refused.returncode == 2 and named in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     missing = subprocess.run(
         [sys.executable, "-m", "appliance", "scenarios", "list"],
         capture_output=True,

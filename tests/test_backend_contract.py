@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from appliance.catalog import load_catalog
-from appliance.engine.backend import Backend
+from appliance.engine.backend import Backend, BackendBase
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.errors import ApplianceError
@@ -135,6 +135,19 @@ def _words(backend: Backend, tokens: int) -> str:
     """A text of about `tokens` tokens of this backend's tokenizer."""
     per_word = max(1, backend.count_tokens(" apple" * 20) // 20)
     return "apple " * (tokens // per_word)
+
+
+def test_tickets_are_distinct_and_every_request_is_counted(contestant: Contestant) -> None:
+    """The plumbing every backend shares (`BackendBase`): one ticket per request, each answered once."""
+    backend = contestant.backend
+    assert isinstance(backend, BackendBase)
+    before = backend.counters.requests
+    tickets = [backend.submit(_asked(f"Say {word}.", max_tokens=2)) for word in ("yes", "no", "maybe")]
+    answered: list[int] = []
+    while backend.busy:
+        answered += [ticket for ticket, _ in backend.step()]
+    assert len(set(tickets)) == 3 and sorted(answered) == sorted(tickets)
+    assert backend.counters.requests == before + 3
 
 
 def test_a_prompt_longer_than_the_context_is_refused_before_decoding(contestant: Contestant) -> None:

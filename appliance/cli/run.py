@@ -26,10 +26,10 @@ from appliance.cli.options import (
 from appliance.cli.store import report_store_check
 from appliance.cluster import ClusterOptions
 from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts
-from appliance.planning import DEFAULT_LIMIT, RunRequest, plan_run, quick_suite_note
+from appliance.planning import DEFAULT_LIMIT, RunRequest, parse_family_options, plan_run, quick_suite_note
 from appliance.run_config import RunConfig
 from appliance.runner import Runner, RunSummary
-from appliance.scenarios import ScenarioReport, build_scenario_report, load_family
+from appliance.scenarios import ScenarioReport, build_scenario_report, load_run_family
 from appliance.scenarios.registry import families as registered_families
 from appliance.store import EpisodeRecord, Store
 from appliance.worker_groups import parse_group_sizes
@@ -77,6 +77,13 @@ UnsafeCodeExecutionOption = Annotated[
         "--unsafe-code-execution",
         help="run model-written code (DeepEval's code review) even where the kernel cannot isolate it "
         "(no bubblewrap or no user namespaces); the run records it and its report says so",
+    ),
+]
+FamilyOptionsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="a family's own option, NAME.KEY=VALUE (repeatable; each family declares and checks its own)",
     ),
 ]
 ShardOption = Annotated[
@@ -129,6 +136,7 @@ def run(
     exclude_self_judging: ExcludeSelfJudgingOption = False,
     unsafe_code_execution: UnsafeCodeExecutionOption = False,
     shard: ShardOption = None,
+    family_options: FamilyOptionsOption = None,
     run_id: RunIdOption = None,
     ray: RayOption = None,
     workers: WorkersOption = 2,
@@ -148,11 +156,12 @@ def run(
                 simulator=simulator, turns=turns, panel=panel, seed=seed, limit=limit, all_instances=all_instances,
                 parallel=parallel, cross_play=cross_play, exclude_self_judging=exclude_self_judging,
                 unsafe_code_execution=unsafe_code_execution, shard=shard,
+                family_options=parse_family_options(family_options or []),
             )  # fmt: skip
             config = plan_run(request, catalog, registered_families())
         else:
             config = store.run(resume).run_config()
-        families = [load_family(name, seed=config.seed, store=store) for name in config.scenarios]
+        families = [load_run_family(name, config, store) for name in config.scenarios]
         groups = parse_group_sizes(worker_group or [])
         cluster = None if ray is None else ClusterOptions(ray, workers, worker_cpus, worker_gpus, groups)
         summary = _play(store, catalog, config, families, cluster, resume, run_id, quiet=as_json)

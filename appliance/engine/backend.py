@@ -69,6 +69,43 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class BackendBase:
+    """What every backend does the same way, written once: tickets, the counters, stop strings and the
+    overflow rule. A backend writes its primitives on top (queueing in `submit`, `step`, `count_tokens`,
+    `close`) and the conformance suite (`tests/test_backend_contract.py`) holds each to the contract."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.counters = BackendCounters()
+        self._next_ticket = 0
+
+    def _ticket(self) -> int:
+        """The next request's ticket; the request is counted."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self.counters.requests += 1
+        return ticket
+
+    def _counted(self, completion: Completion) -> Completion:
+        """A finished request's prompt, cached and generated tokens added to the counters."""
+        self.counters.prompt_tokens += completion.prompt_tokens
+        self.counters.cached_prompt_tokens += completion.cached_prompt_tokens
+        self.counters.completion_tokens += completion.completion_tokens
+        return completion
+
+    def _refusal(
+        self, request: GenerationRequest, prompt_tokens: int, context_length: int, latency_s: float = 0.0
+    ) -> Completion | None:
+        """The overflow rule (`overflow_refusal`) in this backend's name."""
+        return overflow_refusal(self.name, request, prompt_tokens, context_length, latency_s)
+
+
+def cut_at_stop(text: str, stops: Iterable[str]) -> str:
+    """A reply ends before the first stop string it holds, on every backend."""
+    cuts = [text.find(stop) for stop in stops if stop and stop in text]
+    return text[: min(cuts)] if cuts else text
+
+
 def overflow_message(model: str, prompt_tokens: int, context_length: int, reply_tokens: int | None) -> str:
     """Why a request is refused as `context_overflow`: the same words on every backend."""
     reply = "" if reply_tokens is None else f" and {reply_tokens} for the reply"

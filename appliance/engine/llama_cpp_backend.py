@@ -19,7 +19,7 @@ import llama_cpp as C
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, overflow_message
+from appliance.engine.backend import BackendBase, cut_at_stop, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
@@ -55,7 +55,7 @@ class _Chunk:
     reads: list[tuple[int, int]] = field(default_factory=list)
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendBase):
     """Continuous batching over llama.cpp's low-level API."""
 
     def __init__(
@@ -79,7 +79,7 @@ class LlamaCppBackend:
         adapter_scale: float = 1.0,
         host_cache_mb: int | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name)
         self.exact_kv = exact_kv
         self.reuse_cache = reuse_cache
         #: sample first and apply a request's grammar only when the token breaks it (see TokenSampler)
@@ -120,7 +120,6 @@ class LlamaCppBackend:
                 raise
         self.kv_unified = kv_unified
         self.memory = C.llama_get_memory(self.context)
-        self.counters = BackendCounters()
         #: caches saved to host memory before their slot is overwritten (see host_cache.py)
         host_cache_mb = default_budget_mb() if host_cache_mb is None else host_cache_mb
         host_cache = HostCache(self.context, host_cache_mb * 2**20, window) if host_cache_mb and reuse_cache else None
@@ -142,7 +141,6 @@ class LlamaCppBackend:
         self.batch = TokenBatch(batch_tokens)
         self.waiting: deque[Job] = deque()
         self._extended: dict[ScoredText, tuple[int, list[int]]] = {}
-        self._next_ticket = 0
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenize(text, parse_special=False))
@@ -151,8 +149,7 @@ class LlamaCppBackend:
 
     def submit(self, request: GenerationRequest) -> int:
         tokens, stop = self._prompt(request)
-        ticket = self._next_ticket
-        self._next_ticket += 1
+        ticket = self._ticket()
         job = Job(
             ticket=ticket,
             request=request,
@@ -165,7 +162,6 @@ class LlamaCppBackend:
         if self.exact_kv:
             job.plan = chunk_plan(len(job.prompt_tokens), self._declared_cuts(job))
         self.waiting.append(job)
-        self.counters.requests += 1
         return ticket
 
     def _prompt(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
@@ -492,10 +488,8 @@ class LlamaCppBackend:
 
     def _finish(self, job: Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
         text = job.text_bytes.decode("utf-8", errors="replace")
-        if reason == "stop" and job.stop:
-            cut = min((text.find(stop) for stop in job.stop if stop in text), default=-1)
-            if cut >= 0:
-                text = text[:cut]
+        if reason == "stop":
+            text = cut_at_stop(text, job.stop)
         slot = job.slot
         assert slot is not None
         slot.job = None
@@ -514,8 +508,7 @@ class LlamaCppBackend:
             token_ids=tuple(job.generated),
             scores=scores,
         )
-        self._count(completion)
-        return job.ticket, completion
+        return job.ticket, self._counted(completion)
 
     def _reject_overflow(self, job: Job) -> tuple[int, Completion]:
         reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
@@ -531,13 +524,7 @@ class LlamaCppBackend:
             latency_s=time.perf_counter() - job.submitted_at,
             error=error,
         )
-        self._count(completion)
-        return job.ticket, completion
-
-    def _count(self, completion: Completion) -> None:
-        self.counters.prompt_tokens += completion.prompt_tokens
-        self.counters.cached_prompt_tokens += completion.cached_prompt_tokens
-        self.counters.completion_tokens += completion.completion_tokens
+        return job.ticket, self._counted(completion)
 
     def forget_caches(self) -> None:
         """Drop every idle sequence's cache (benchmarks start each workload cold)."""

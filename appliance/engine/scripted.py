@@ -9,34 +9,30 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
-from appliance.engine.backend import BackendCounters, overflow_refusal
+from appliance.engine.backend import BackendBase, cut_at_stop
 from appliance.engine.types import Completion, GenerationRequest, TokenScores
 
 Responder = Callable[[GenerationRequest], str]
 Scorer = Callable[[GenerationRequest], TokenScores]
 
 
-class ScriptedBackend:
+class ScriptedBackend(BackendBase):
     def __init__(
         self, name: str, respond: Responder, context_chars: int | None = None, scorer: Scorer | None = None
     ) -> None:
         """`context_chars`: a context measured in characters (one per token), to test overflow handling.
         `scorer`: answers scoring requests (default `scripted_scores`)."""
-        self.name = name
+        super().__init__(name)
         self.respond = respond
         self.scorer = scorer or scripted_scores
         self.context_chars = context_chars
-        self.counters = BackendCounters()
         self.requests: list[GenerationRequest] = []
         self._queue: list[tuple[int, GenerationRequest]] = []
-        self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
-        ticket = self._next_ticket
-        self._next_ticket += 1
+        ticket = self._ticket()
         self._queue.append((ticket, request))
         self.requests.append(request)
-        self.counters.requests += 1
         return ticket
 
     @property
@@ -50,7 +46,7 @@ class ScriptedBackend:
 
     def _complete(self, request: GenerationRequest) -> Completion:
         size = sum(len(message.content) for message in request.messages) + len(request.prompt or "")
-        refusal = None if self.context_chars is None else overflow_refusal(self.name, request, size, self.context_chars)
+        refusal = None if self.context_chars is None else self._refusal(request, size, self.context_chars)
         if refusal is not None:
             return refusal
         if request.scoring is not None:
@@ -62,9 +58,7 @@ class ScriptedBackend:
                 latency_s=0.0,
                 scores=self.scorer(request),
             )
-        text = self.respond(request)
-        cuts = [text.find(stop) for stop in request.sampling.stop if stop and stop in text]
-        text = text[: min(cuts)] if cuts else text  # a stop string ends the reply, as on every backend
+        text = cut_at_stop(self.respond(request), request.sampling.stop)
         return Completion(text=text, finish_reason="stop", prompt_tokens=size, completion_tokens=1, latency_s=0.0)
 
     def count_tokens(self, text: str) -> int:

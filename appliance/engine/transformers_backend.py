@@ -23,7 +23,7 @@ from typing import Any
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
+from appliance.engine.backend import BackendBase, cut_at_stop, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
@@ -49,7 +49,7 @@ from appliance.engine.types import Completion, GenerationRequest
 from appliance.synthetic_shapes import SyntheticShape
 
 
-class TransformersBackend:
+class TransformersBackend(BackendBase):
     def __init__(
         self,
         path: Path | None,
@@ -72,7 +72,7 @@ class TransformersBackend:
         torch, transformers = import_torch_stack()
         self.torch = torch
         self.transformers = transformers
-        self.name = name
+        super().__init__(name)
         if threads:
             torch.set_num_threads(threads)
         placement = model_placement(torch, device, dtype, attn_implementation)
@@ -108,22 +108,17 @@ class TransformersBackend:
         self.batch: DecodeBatch | None = None
         # without reuse (the bench's stateless baseline) no finished turn's cache is kept
         self.conversations = ConversationCaches(capacity=4 * slots if reuse_cache else 0)
-        self.counters = BackendCounters()
-        self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
         request = with_adapter(request, self.name, self.adapters, self.default_adapter)
         adapter = request.adapter
-        ticket = self._next_ticket
-        self._next_ticket += 1
+        ticket = self._ticket()
         if request.scoring is not None:
             self.scoring.append((ticket, request, time.perf_counter()))
-            self.counters.requests += 1
             return ticket
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
-        self.counters.requests += 1
-        refusal = overflow_refusal(self.name, request, len(prompt), self.context_length)
+        refusal = self._refusal(request, len(prompt), self.context_length)
         if refusal is not None:
             self.refused.append((ticket, refusal))
             return ticket
@@ -265,10 +260,7 @@ class TransformersBackend:
         return str(self.tokenizer.decode(sequence.generated, skip_special_tokens=True))
 
     def _complete(self, sequence: LiveSequence) -> Completion:
-        text = self._text(sequence)
-        cut = min((text.find(stop) for stop in sequence.stops if stop in text), default=-1)
-        if cut >= 0:
-            text = text[:cut]
+        text = cut_at_stop(self._text(sequence), sequence.stops)
         fed = sequence.prompt + sequence.generated[: sequence.cached_length - len(sequence.prompt)]
         self.conversations.keep(sequence.conversation, StoredConversation(fed, sequence.cache))
         self.counters.completion_tokens += len(sequence.generated)

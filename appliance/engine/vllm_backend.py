@@ -27,7 +27,7 @@ from typing import Any
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendCounters, overflow_refusal, with_adapter
+from appliance.engine.backend import BackendBase, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.factory import hosted_adapters
 from appliance.engine.hf_loading import check_peft_fits, hf_folder_from_gguf, peft_rank, scaled_peft_folder
@@ -113,7 +113,7 @@ def vllm_engine_options(spec: ModelSpec) -> dict[str, Any]:
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-class VllmBackend:
+class VllmBackend(BackendBase):
     def __init__(
         self, path: Path, spec: ModelSpec, adapters: dict[str, Path] | None = None, default_adapter: str | None = None
     ) -> None:
@@ -124,7 +124,7 @@ class VllmBackend:
             raise ApplianceError(f"model '{spec.name}': {path} not found")
         if path.is_file():
             path = hf_folder_from_gguf(path, spec.name, spec.dtype if spec.dtype not in (None, "auto") else "float32")
-        self.name = spec.name
+        super().__init__(spec.name)
         self.context_length = spec.context_length
         self.default_adapter = default_adapter
         engine: dict[str, Any] = {}
@@ -177,15 +177,11 @@ class VllmBackend:
         self.block_size = int(self.llm.llm_engine.vllm_config.cache_config.block_size or 16)
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.queue: list[tuple[int, GenerationRequest, float]] = []
-        self.counters = BackendCounters()
-        self._next_ticket = 0
 
     def submit(self, request: GenerationRequest) -> int:
         request = with_adapter(request, self.name, self.loras, self.default_adapter)
-        ticket = self._next_ticket
-        self._next_ticket += 1
+        ticket = self._ticket()
         self.queue.append((ticket, request, time.perf_counter()))
-        self.counters.requests += 1
         return ticket
 
     @property
@@ -206,9 +202,7 @@ class VllmBackend:
     def _overflow(self, request: GenerationRequest, prompt: list[int], submitted: float) -> Completion | None:
         """A prompt that leaves no room to generate (or not `max_tokens`, when the request reserves them)
         is rejected before it reaches vLLM, which would fail the whole batch over it."""
-        return overflow_refusal(
-            self.name, request, len(prompt), self.context_length, latency_s=time.perf_counter() - submitted
-        )
+        return self._refusal(request, len(prompt), self.context_length, latency_s=time.perf_counter() - submitted)
 
     def _sampling(self, sampling: ResolvedSampling, stops: tuple[str, ...], grammar: str | None) -> Any:
         extra = _structured(self.vllm, grammar) if grammar is not None else {}
@@ -258,10 +252,7 @@ class VllmBackend:
                 token_ids=tuple(choice.token_ids),
                 latency_s=time.perf_counter() - submitted,
             )
-            self.counters.prompt_tokens += completion.prompt_tokens
-            self.counters.cached_prompt_tokens += cached
-            self.counters.completion_tokens += completion.completion_tokens
-            results.append((ticket, completion))
+            results.append((ticket, self._counted(completion)))
         return results
 
     def _score(self, entries: list[tuple[int, GenerationRequest, float]]) -> list[tuple[int, Completion]]:

@@ -12,6 +12,7 @@ from appliance.scenarios.registry import (
     family_entry,
     family_names,
     load_family,
+    load_run_family,
     register_family,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "family_entry",
     "family_names",
     "load_family",
+    "load_run_family",
     "register_family",
 ]

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 from appliance.errors import ApplianceError, reading
 from appliance.headline import Headline
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.plugins import Registry, import_submodules
+from appliance.run_config import RunConfig
 from appliance.scenarios.base import Family
 from appliance.scenarios.spec import ScenarioSpec, family_of
 from appliance.store import Store
@@ -47,6 +48,9 @@ class LoadRequest:
     seed: int
     #: for sources stored in the database (instance sets); None where no store is open
     store: Store | None
+    #: the family's own options (`appliance run --set NAME.KEY=VALUE`), checked by its `FamilyEntry.options`
+    #: model; None for a family that declares none
+    options: BaseModel | None = None
 
     def folder(self) -> Path:
         """The folder to read: SOURCE where one is given, else the family's own data folder."""
@@ -123,6 +127,9 @@ class FamilyEntry(Generic[ReportT]):
     order: int = 100
     #: (store, run id, scenario spec, panel or None) -> the units and headline metrics `appliance compare` pairs
     headline: Callable[[Store, str, str, str | None], Headline] | None = None
+    #: the family's own options, a pydantic model its loader reads from `LoadRequest.options`: a new option
+    #: is a field here, set with `appliance run --set NAME.KEY=VALUE` and stored with the run
+    options: type[BaseModel] | None = None
 
     def folder(self) -> Path:
         configured = Path(self.data_folder or self.name)
@@ -171,16 +178,39 @@ def load_family(
     *,
     seed: int = 0,
     store: Store | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Family:
-    """`NAME` uses the family's own data; `NAME:SOURCE` another source (a folder, a file, a stored set)."""
+    """`NAME` uses the family's own data; `NAME:SOURCE` another source (a folder, a file, a stored set).
+    `options`: the family's own options as a run sets them (checked here)."""
     entry, source = family_entry(spec), ScenarioSpec.parse(spec).source
     folder = scenarios_root / entry.name if scenarios_root is not None else entry.folder()
-    request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store)
+    checked = family_options(entry, options or {})
+    request = LoadRequest(spec, source, folder, judges_root or judges_dir(), seed, store, checked)
     with reading(source or folder):
         family = entry.load(request)
         for stage in family.stages():
             stage.instances()  # lazily read data fails here, not halfway through a run
     return family
+
+
+def load_run_family(spec: str, config: RunConfig, store: Store | None = None) -> Family:
+    """A family as run `config` plays it: with the run's seed and the options the run set for it."""
+    return load_family(spec, seed=config.seed, store=store, options=config.family_options.get(family_of(spec)))
+
+
+def family_options(entry: FamilyEntry[Any], values: Mapping[str, Any]) -> BaseModel | None:
+    """`values` checked by the options model `entry` declares: a key it does not have, or a value of the
+    wrong kind, is one line naming `--set NAME.KEY`."""
+    if entry.options is None:
+        if values:
+            raise ApplianceError(f"--set {entry.name}.{next(iter(values))}: family '{entry.name}' has no options")
+        return None
+    try:
+        return entry.options(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise ApplianceError(f"--set {entry.name}.{key}: {first['msg']}") from None
 
 
 def run_import(importer: Importer, request: ImportRequest) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import mean
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -35,11 +35,22 @@ class Fact(Instance):
     answer: str
 
 
+class RecallOptions(BaseModel):
+    """The family's own options: `appliance run --set recall.answer_tokens=4`. A new option is one field here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the longest answer the player may write, in its own tokens
+    answer_tokens: int = Field(default=12, ge=1, le=64)
+
+
 class RecallFamily(ScenarioFamily):
     name = "recall"
     description = "answer a question about a short note (example family)"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, spec: str = "recall", options: RecallOptions | None = None) -> None:
+        self.name = spec
+        self.options = options or RecallOptions()
         self.folder = folder
         self.facts = [Fact(**entry) for entry in read_toml(folder / "facts.toml")["fact"]]
 
@@ -54,7 +65,7 @@ class RecallFamily(ScenarioFamily):
         reply = await ctx.generate(
             "player",
             [Message(role="user", content=f"{instance.note}\n\nQuestion: {instance.question}\nAnswer briefly.")],
-            sampling=Sampling(temperature=0.0, max_tokens=12),
+            sampling=Sampling(temperature=0.0, max_tokens=self.options.answer_tokens),
         )
         correct = instance.answer.lower() in reply.text.lower()
         player = ctx.model_for("player")
@@ -98,9 +109,8 @@ def render(console: Console, report: RecallReport) -> None:
 
 
 def load(request: LoadRequest) -> RecallFamily:
-    family = RecallFamily(Path(request.source) if request.source else request.data_folder)
-    family.name = request.spec
-    return family
+    assert request.options is None or isinstance(request.options, RecallOptions)
+    return RecallFamily(Path(request.source) if request.source else request.data_folder, request.spec, request.options)
 
 
 ENTRY = register_family(
@@ -112,5 +122,6 @@ ENTRY = register_family(
         render=render,
         quick_limit=2,
         data_folder=str(DATA),
+        options=RecallOptions,
     )
 )

@@ -19,6 +19,7 @@ from statistics import fmean, stdev
 import numpy as np
 from pydantic import BaseModel
 
+from appliance.scenarios.clembench.results import folder_pairing
 from appliance.stats import DEFAULT_RESAMPLES, bootstrap_interval
 from appliance.store import Store
 from appliance.store.run_view import RunView
@@ -184,10 +185,17 @@ def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, li
     return results, failed
 
 
-def is_cross_play(player: str) -> bool:
-    """`A--B` with two different models; clembench also names self-play `A--A`."""
-    first, separator, second = player.partition("--")
-    return bool(separator) and first != second
+def cross_play_labels(run: RunView) -> set[str]:
+    """The player labels under which two different models played (the second in the partner roles), from
+    the models stored with each episode; an episode imported before they were stored has clembench's folder
+    name as its label, which names them."""
+    labels: set[str] = set()
+    for episode in run.episodes():
+        models = (episode.player_model, episode.partner_model)
+        player, partner = folder_pairing(episode.player) if models[0] is None else models
+        if partner is not None and partner != player:
+            labels.add(episode.player)
+    return labels
 
 
 def game_row(game: str, language: str) -> str:
@@ -235,13 +243,14 @@ def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | Non
             )
         )
     rows.sort(key=lambda row: -(row.clemscore or 0.0))
-    self_play = [row for row in rows if not is_cross_play(row.player)]
+    cross = cross_play_labels(RunView(store, run_id, scenario))
+    self_play = [row for row in rows if row.player not in cross]
     return ClemReport(
         run_id=run_id,
         scenario=scenario,
         status=status,
         rows=self_play,
-        cross_play=[row for row in rows if is_cross_play(row.player)],
+        cross_play=[row for row in rows if row.player in cross],
         languages=[lang for row in self_play for lang in _language_rows(row, results.get(row.player, []))],
     )
 

@@ -83,6 +83,13 @@ def import_results(store: Store, path: Path) -> tuple[str, int, bool]:
     return run_id, len(episodes), True
 
 
+def folder_pairing(players: str) -> tuple[str, str]:
+    """The two models of clembench's results folder name `A--B` (B played the partner roles; self-play is
+    `A--A`, or a lone `A`)."""
+    first, separator, second = players.partition("--")
+    return first, second if separator else first
+
+
 def _imported_episode(path: Path, run_id: str, name: PurePosixPath, content: bytes, now: datetime) -> EpisodeRecord:
     """One episode from `<players>/<game>/<experiment>/<episode>/scores.json`."""
     parts = name.parts
@@ -95,9 +102,12 @@ def _imported_episode(path: Path, run_id: str, name: PurePosixPath, content: byt
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
         raise ApplianceError(f"{path}: {name}: no 'episode scores' ({error})") from None
     instance_id = f"{game}/{experiment}/{episode}"
+    player_model, partner_model = folder_pairing(players)
     return imported_episode(
         EpisodeKey(run_id, SCENARIO, instance_id, players),
         now,
+        player_model=player_model,
+        partner_model=partner_model,
         metadata={"game": game, "experiment": experiment, "turn_scores": scores.get("turn scores", {})},
         scores=_numeric_scores(episode_scores, players),
     )

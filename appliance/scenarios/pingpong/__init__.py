@@ -15,9 +15,7 @@ from appliance.scenarios.registry import FamilyEntry, Importer, ImportRequest, L
 def load(request: LoadRequest) -> PingPongFamily:
     """`pingpong` plays our cards; `pingpong:FOLDER` an imported folder, with our prompts unless it has its own."""
     data = request.folder()
-    family = PingPongFamily.load(data, request.judges_folder, prompts_folder=request.data_folder)
-    family.name = request.spec
-    return family
+    return PingPongFamily.load(data, request.judges_folder, prompts_folder=request.data_folder, spec=request.spec)
 
 
 def import_pingpong_settings(request: ImportRequest) -> list[str]:

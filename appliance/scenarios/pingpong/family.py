@@ -137,7 +137,10 @@ class PingPongFamily(JudgedFamily):
         judging: JudgingSettings,
         judging_path: Path,
         judges_folder: Path | None = None,
+        spec: str = "pingpong",
     ) -> None:
+        #: as the run names it: `pingpong`, or `pingpong:FOLDER` for an imported folder
+        self.name = spec
         self.folder = folder
         self.judges_folder = judges_folder or judge_path.parent
         self.cards = cards
@@ -154,7 +157,9 @@ class PingPongFamily(JudgedFamily):
         self._scoring_templates: dict[str, ScoringTemplate] = {}
 
     @classmethod
-    def load(cls, folder: Path, judges_folder: Path, prompts_folder: Path | None = None) -> PingPongFamily:
+    def load(
+        cls, folder: Path, judges_folder: Path, prompts_folder: Path | None = None, spec: str = "pingpong"
+    ) -> PingPongFamily:
         """Cards and situations from `folder`; prompts and judging settings from it too, or from `prompts_folder`."""
         cards = _read_entries(folder / "cards.toml", "card", Card)
         situations = _read_entries(folder / "situations.toml", "situation", Situation)
@@ -192,6 +197,7 @@ class PingPongFamily(JudgedFamily):
             judging,
             judging_path,
             judges_folder,
+            spec,
         )
 
     def instances(self) -> list[Instance]:

@@ -17,9 +17,7 @@ from appliance.store import Store
 def load(request: LoadRequest) -> SimulateBenchFamily:
     """`simulatebench` plays our profiles; `simulatebench:FOLDER` an imported folder."""
     data = request.folder()
-    family = SimulateBenchFamily.load(data, prompts_folder=request.data_folder)
-    family.name = request.spec
-    return family
+    return SimulateBenchFamily.load(data, prompts_folder=request.data_folder, spec=request.spec)
 
 
 def import_profiles(request: ImportRequest) -> list[str]:

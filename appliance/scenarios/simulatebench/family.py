@@ -63,7 +63,17 @@ class SimulateBenchFamily(ScenarioFamily):
     name = "simulatebench"
     description = DESCRIPTION
 
-    def __init__(self, folder: Path, profiles: list[Profile], prompts: Prompts, prompts_path: Path, seed: int = 0):
+    def __init__(
+        self,
+        folder: Path,
+        profiles: list[Profile],
+        prompts: Prompts,
+        prompts_path: Path,
+        seed: int = 0,
+        spec: str = "simulatebench",
+    ) -> None:
+        #: as the run names it: `simulatebench`, or `simulatebench:FOLDER` for an imported folder
+        self.name = spec
         self.folder = folder
         self.profiles = profiles
         self.prompts = prompts
@@ -71,7 +81,7 @@ class SimulateBenchFamily(ScenarioFamily):
         self.seed = seed
 
     @classmethod
-    def load(cls, folder: Path, prompts_folder: Path) -> SimulateBenchFamily:
+    def load(cls, folder: Path, prompts_folder: Path, spec: str = "simulatebench") -> SimulateBenchFamily:
         prompts_path = folder / PROMPTS_FILE
         if not prompts_path.is_file():
             prompts_path = prompts_folder / PROMPTS_FILE
@@ -79,7 +89,7 @@ class SimulateBenchFamily(ScenarioFamily):
             prompts = Prompts(**read_toml(prompts_path, "prompts file"))
         except ValidationError as error:
             raise ApplianceError(describe_validation_error(prompts_path, error)) from None
-        return cls(folder, load_profiles(folder), prompts, prompts_path)
+        return cls(folder, load_profiles(folder), prompts, prompts_path, spec=spec)
 
     def instances(self) -> list[Instance]:
         """Every profile; a base profile without published variants gets generated variants for each field."""
