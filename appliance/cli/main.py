@@ -75,10 +75,16 @@ def main() -> None:
 
 def _usage_error(error: Exception) -> None:
     """Exit with one line for an error click raised while reading the command line (an unknown option, a
-    missing one); return for anything else. Typer may carry its own copy of click, so both are checked."""
-    import click
+    missing one); return for anything else. Typer carries its own copy of click; a separately installed
+    click (which the base install need not have) is checked too."""
+    refused: tuple[type[Exception], ...] = (typer.exceptions.TyperException,)
+    try:
+        import click
 
-    if not isinstance(error, click.ClickException | typer.exceptions.TyperException):
+        refused += (click.ClickException,)
+    except ImportError:
+        pass
+    if not isinstance(error, refused):
         return
     message = error.format_message() if hasattr(error, "format_message") else str(error)
     error_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
