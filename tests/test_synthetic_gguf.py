@@ -68,11 +68,11 @@ def test_the_decode_only_bench_measures_any_llama_cpp_entry(tmp_path: Path, tiny
     models.write_text(f"[models.tiny]\n{entry}\n[models.tiny-gpu]\n{entry}gpu_layers = -1\n")
     out = tmp_path / "bench"
     result = cli("bench", "decode", "--quick", "--model", "tiny", "--models", str(models), "--out", str(out),
-                 "--json")  # fmt: skip
+                 "--sequences", "1,3,8", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert report["plan"]["model"] == "tiny" and report["model_bytes"] == tiny_gguf.stat().st_size
-    assert [p["sequences"] for p in report["decode"]] == [1, 4, 16]
+    assert [p["sequences"] for p in report["decode"]] == [1, 3, 8]  # --sequences replaces the quick plan's 1, 4, 16
     assert len(report["raw_configs"]) == 4 and report["gpu_layers"] is None
     assert all(p["ratio"] == pytest.approx(p["engine_tokens_per_s"] / p["raw_tokens_per_s"]) for p in report["decode"])
     assert sorted(path.suffix for path in out.iterdir()) == [".json", ".md"]
@@ -121,5 +121,6 @@ def test_the_scaling_bench_plays_each_size_in_a_process_of_its_own(tiny_gguf: Pa
     assert [float(row.split("|")[14]) for row in rows] == [round(p["ideal"]["appliance_multiple"], 2) for p in points]
     assert_clean_error(cli("bench", "scaling", "16,x", "--models", str(models)), "SIZES", "'x'")
     assert_clean_error(cli("bench", "scaling", "0", "--models", str(models)), "SIZES", "'0'")
+    assert_clean_error(cli("bench", "decode", "--sequences", "4,-1", "--models", str(models)), "--sequences", "'-1'")
     # the sizes are the conversation counts: the option does not exist here
     assert_clean_error(cli("bench", "scaling", "4", "--conversations", "2", "--models", str(models)), "--conversations")

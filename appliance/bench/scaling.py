@@ -208,16 +208,6 @@ def write_scaling_bench(bench: ScalingBench, folder: Path) -> tuple[Path, Path]:
     return write_bench_files(folder, f"bench-{bench.bench_id}-scaling", bench, render_scaling_bench(bench))
 
 
-def parse_sizes(text: str) -> list[int]:
-    """'16,64,256' as conversation counts, each a whole number of at least 1."""
-    sizes: list[int] = []
-    for part in text.split(","):
-        if not part.strip().isdigit() or int(part) < 1:
-            raise ApplianceError(f"SIZES: '{part.strip()}' is not a conversation count (e.g. bench scaling 16,64,256)")
-        sizes.append(int(part))
-    return sizes
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("models", type=Path)

@@ -43,6 +43,9 @@ AdapterSweepArgument = Annotated[
 ScenarioOption = Annotated[str, typer.Option(help="the scenario the sweep plays")]
 LimitOption = Annotated[int, typer.Option(min=1, help="instances per game or family")]
 SizesArgument = Annotated[str, typer.Argument(help="conversation counts, e.g. 16,64,256")]
+SequencesOption = Annotated[
+    str | None, typer.Option(help="decode points: sequences at once, e.g. 1,4,16,32 (default: the plan's)")
+]
 BackendArgument = Annotated[str, typer.Argument(help="transformers or vllm")]
 RequiredModelOption = Annotated[str, typer.Option(help="the models.toml entry to measure (may be synthetic)")]
 ConversationsOption = Annotated[
@@ -89,6 +92,7 @@ def bench(
 def bench_decode(
     model: ModelOption = None,
     quick: QuickOption = False,
+    sequences: SequencesOption = None,
     repeats: RepeatsOption = None,
     out: OutOption = Path("bench_results"),
     models: ModelsOption = None,
@@ -99,7 +103,7 @@ def bench_decode(
     from appliance.bench.suite import run_decode_bench, write_decode_outputs
 
     catalog = load_models(models)
-    plan = _bench_plan(quick, _resized(None, None, repeats))
+    plan = _bench_plan(quick, _resized(None, None, repeats, sequences))
     decode = run_decode_bench(catalog, model or "smollm2-135m", quick=quick, plan=plan, say=_say(as_json))
     _say_written(decode, write_decode_outputs(decode, out), as_json)
 
@@ -117,14 +121,14 @@ def bench_scaling(
 ) -> None:
     """The end-to-end workload alone at each conversation count, every point a fresh process: wall time,
     tokens/s, prefilled / distinct, peak KV cells and RSS, x its ideal."""
-    from appliance.bench.scaling import parse_sizes, run_scaling_bench, write_scaling_bench
+    from appliance.bench.scaling import run_scaling_bench, write_scaling_bench
 
     catalog = load_models(models)
     plan = _bench_plan(quick, _resized(None, turns, None))
     scaling_bench = run_scaling_bench(
         catalog,
         load_panel(panel or "default", catalog),
-        parse_sizes(sizes),
+        parse_counts(sizes, "SIZES", "a conversation count (e.g. bench scaling 16,64,256)"),
         player=model or plan.model,
         turns=plan.turns,
         seed=plan.seed,
@@ -140,6 +144,7 @@ def bench_backend(
     panel: PanelOption = None,
     quick: QuickOption = False,
     skip_stateless: SkipStatelessOption = False,
+    sequences: SequencesOption = None,
     conversations: ConversationsOption = None,
     turns: TurnsOption = None,
     repeats: RepeatsOption = None,
@@ -151,8 +156,9 @@ def bench_backend(
     prefill, batch invariance and, with real weights, PingPong end to end (vLLM: also the plain driver)."""
     catalog = load_models(models)
     chosen = None if panel is None else load_panel(panel, catalog)
-    _bench_other_backend(catalog, backend, model, chosen, quick=quick, resized=_resized(conversations, turns, repeats),
-                         stateless=not skip_stateless, out=out, as_json=as_json)  # fmt: skip
+    resized = _resized(conversations, turns, repeats, sequences)
+    _bench_other_backend(catalog, backend, model, chosen, quick=quick, resized=resized, stateless=not skip_stateless,
+                         out=out, as_json=as_json)  # fmt: skip
 
 
 @bench_app.command("adapters")
@@ -171,9 +177,24 @@ def bench_adapters(
     _say_written(adapter_bench, write_adapter_bench(adapter_bench, out), as_json)
 
 
-def _resized(conversations: int | None, turns: int | None, repeats: int | None) -> dict[str, int]:
-    sizes = {"conversations": conversations, "turns": turns, "repeats": repeats}
+def _resized(
+    conversations: int | None, turns: int | None, repeats: int | None, sequences: str | None = None
+) -> dict[str, int | list[int]]:
+    """The plan fields given on the command line."""
+    sizes: dict[str, int | list[int] | None] = {"conversations": conversations, "turns": turns, "repeats": repeats}
+    if sequences is not None:
+        sizes["sequences"] = parse_counts(sequences, "--sequences", "a number of sequences (e.g. 1,4,16,32)")
     return {field: value for field, value in sizes.items() if value is not None}
+
+
+def parse_counts(text: str, name: str, meaning: str) -> list[int]:
+    """'16,64,256' as whole numbers of at least 1; anything else a one-line error naming `name`."""
+    counts: list[int] = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise ApplianceError(f"{name}: '{part.strip()}' is not {meaning}")
+        counts.append(int(part))
+    return counts
 
 
 def _say(as_json: bool) -> Callable[[str], None]:
@@ -217,7 +238,7 @@ def _bench_suite(
     console.print(f"wrote {json_path} and {markdown_path}")
 
 
-def _bench_plan(quick: bool, resized: dict[str, int]) -> BenchPlan:
+def _bench_plan(quick: bool, resized: dict[str, int | list[int]]) -> BenchPlan:
     """The llama.cpp benches' plan, quick or full, with the sizes given on the command line."""
     from appliance.bench.suite import BenchPlan
 
@@ -239,7 +260,7 @@ def _bench_other_backend(
     panel: Panel | None,
     *,
     quick: bool,
-    resized: dict[str, int],
+    resized: dict[str, int | list[int]],
     stateless: bool,
     out: Path,
     as_json: bool,
