@@ -15,11 +15,20 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from appliance.backends import backend_names
+from appliance.backends import BackendOptions, backend_names, backend_options, option_readers
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.model_parts import join_parts, joined_target, part_files
 from appliance.paths import staging_path
@@ -28,27 +37,7 @@ from appliance.synthetic_shapes import SyntheticShape, resolve_shape
 from appliance.tomlfile import read_toml
 
 ChatFormat = Literal["gguf", "plain"]
-TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
-AttentionImplementation = Literal["eager", "sdpa", "flash_attention_2", "flex_attention"]
-
-#: options only some backends read, and which: set for another backend (even to its default), an option
-#: is refused in one line naming it, rather than silently ignored
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "exact_kv": ("llama_cpp",),
-    "kv_unified": ("llama_cpp",),
-    "flash_attention": ("llama_cpp",),
-    "kv_budget_mb": ("llama_cpp", "vllm"),
-    "threads": ("llama_cpp", "transformers"),
-    "gpu_layers": ("llama_cpp",),
-    "host_cache_mb": ("llama_cpp",),
-    "device": ("transformers",),
-    "dtype": ("transformers", "vllm"),
-    "attn_implementation": ("transformers",),
-    "tensor_parallel_size": ("vllm",),
-    "pipeline_parallel_size": ("vllm",),
-    "gpu_memory_utilization": ("vllm",),
-}
-_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
+OptionsT = TypeVar("OptionsT", bound=BackendOptions)
 
 DEFAULT_MODELS_FILE = "models.toml"
 
@@ -78,30 +67,9 @@ class ModelSpec(BaseModel):
     context_length: int = Field(default=4096, ge=256)
     chat_format: ChatFormat = "gguf"
     slots: int = Field(default=16, ge=1, le=256, description="sequences decoded together")
-    threads: int | None = Field(default=None, ge=1)
-    exact_kv: bool = Field(
-        default=True,
-        description="planned prefill chunks, only prefill-computed KV reused: results independent of batching",
-    )
-    kv_unified: bool = Field(default=False, description="one KV buffer for all sequences instead of one per sequence")
-    flash_attention: bool = Field(
-        default=False, description="ggml's flash-attention kernel (faster decode; exact too in exact mode)"
-    )
-    kv_budget_mb: int | None = Field(default=None, ge=1, description="KV cache memory cap; limits the slots")
-    host_cache_mb: int | None = Field(
-        default=None,
-        ge=0,
-        description="llama_cpp: host memory (MB) for caches saved before their slot is reused "
-        "(0: none; default 4,096, or a quarter of the machine's memory where that is less)",
-    )
-    # GPU placement, per backend (see BACKEND_OPTIONS and docs/engine.md "GPUs")
-    gpu_layers: int | None = Field(default=None, ge=-1, description="llama_cpp: layers on the GPU (-1: all)")
-    device: str | None = Field(default=None, description="transformers: cpu, cuda, cuda:N, mps or auto")
-    dtype: TorchDtype | None = Field(default=None, description="transformers, vllm: weight dtype (default float32)")
-    attn_implementation: AttentionImplementation | None = Field(default=None, description="transformers")
-    tensor_parallel_size: int | None = Field(default=None, ge=1, description="vllm: GPUs a layer is split over")
-    pipeline_parallel_size: int | None = Field(default=None, ge=1, description="vllm: stages layers are split in")
-    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0, description="vllm: share of GPU memory")
+    #: what the chosen backend reads beyond the fields here (its `BackendOptions`), written flat in
+    #: models.toml (`exact_kv = false`), checked by the backend's own model
+    options: SerializeAsAny[BackendOptions] = Field(default_factory=BackendOptions)
     worker_group: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
@@ -131,20 +99,44 @@ class ModelSpec(BaseModel):
             raise ValueError(f"unknown backend '{name}' (known: {', '.join(backend_names())})")
         return name
 
-    @field_validator("device")
+    @model_validator(mode="before")
     @classmethod
-    def _known_device(cls, device: str | None) -> str | None:
-        if device is not None and not _DEVICE.fullmatch(device):
-            raise ValueError(f"unknown device '{device}' (cpu, cuda, cuda:N, mps or auto)")
-        return device
+    def _backend_options(cls, data: object) -> object:
+        """Gather the entry's backend options into `options`, checked by that backend's own model."""
+        if not isinstance(data, dict) or data.get("backend", "llama_cpp") not in backend_names():
+            return data  # the field validators say what is wrong
+        backend = data.get("backend", "llama_cpp")
+        model = backend_options(backend)
+        options = data.get("options", {})
+        if isinstance(options, BackendOptions):
+            options = options.model_dump(exclude_unset=True)
+        given = {**options, **{key: value for key, value in data.items() if key in model.model_fields}}
+        readers = option_readers()
+        for key in sorted(set(data) - set(cls.model_fields) - set(model.model_fields)):
+            if key in readers:
+                raise ValueError(f"field '{key}' applies to backend {' or '.join(readers[key])}, not '{backend}'")
+        try:
+            checked = model.model_validate(given)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"field '{where}': {first['msg']}") from None
+        return {key: value for key, value in data.items() if key not in model.model_fields} | {"options": checked}
 
-    @model_validator(mode="after")
-    def _options_fit_the_backend(self) -> ModelSpec:
-        for option in sorted(self.model_fields_set & set(BACKEND_OPTIONS)):
-            backends = BACKEND_OPTIONS[option]
-            if self.backend not in backends:
-                raise ValueError(f"field '{option}' applies to backend {' or '.join(backends)}, not '{self.backend}'")
-        return self
+    def options_as(self, kind: type[OptionsT]) -> OptionsT:
+        """The entry's options as backend code reads them (`spec.options_as(LlamaCppOptions).exact_kv`)."""
+        if not isinstance(self.options, kind):
+            raise ApplianceError(f"model '{self.name}': backend '{self.backend}' has no {kind.__name__}")
+        return self.options
+
+    def with_options(self, **values: object) -> ModelSpec:
+        """The entry with some backend options changed (checked, as in models.toml)."""
+        merged = {**self.options.model_dump(exclude_unset=True), **values}
+        return self.model_copy(update={"options": type(self.options).model_validate(merged)})
+
+    def reads(self, option: str) -> bool:
+        """Whether the entry's backend reads `option` (for code over every backend, such as thread counts)."""
+        return option in type(self.options).model_fields
 
     @field_validator("synthetic", mode="before")
     @classmethod

@@ -243,7 +243,9 @@ class Runner:
     def _model_record(self, spec: ModelSpec) -> ModelRecord:
         path = self.catalog.resolve_path(spec)
         digest = sha256_of(path) if path.is_file() else "missing"
-        parameters: dict[str, Any] = spec.model_dump(mode="json", exclude={"name", "backend"})
+        # the backend's options flat among the others, as models.toml writes them
+        parameters: dict[str, Any] = spec.model_dump(mode="json", exclude={"name", "backend", "options"})
+        parameters |= spec.options.model_dump(mode="json")
         adapter = self.catalog.resolve_adapter(spec)
         if adapter is not None:  # a retrained adapter at the same path is another model
             parameters["adapter_sha256"] = sha256_of_tree(adapter)

@@ -79,9 +79,7 @@ def plan_groups(
             raise ApplianceError(f"--worker-group {name}: no model of this run is in that group (groups: {known})")
     groups = []
     for group, names in grouped.items():
-        splits = [
-            (catalog.get(n).tensor_parallel_size or 1) * (catalog.get(n).pipeline_parallel_size or 1) for n in names
-        ]
+        splits = [catalog.get(n).options.gpus() for n in names]
         gpus = max(gpus_per_worker, *splits) if gpus_per_worker else 0.0
         groups.append(WorkerGroup(group, tuple(names), sizes.get(group, 1), float(gpus)))
     return groups
@@ -90,7 +88,9 @@ def plan_groups(
 def with_threads(catalog: Catalog, threads: int) -> Catalog:
     """Models that leave their thread count to the machine use the worker's CPUs instead of all of them."""
     models = {
-        name: spec if spec.threads is not None else spec.model_copy(update={"threads": threads})
+        name: spec.with_options(threads=threads)
+        if spec.reads("threads") and getattr(spec.options, "threads", None) is None
+        else spec
         for name, spec in catalog.models.items()
     }
     return catalog.model_copy(update={"models": models})

@@ -22,6 +22,7 @@ from appliance.client import RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.types import GenerationRequest, Message
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.scenarios.clembench import games
@@ -255,25 +256,51 @@ def test_a_new_clembench_game_is_one_record(monkeypatch: pytest.MonkeyPatch) -> 
     assert asyncio.run(main()).status == "success"
 
 
-def test_a_new_backend_is_one_registered_opener(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+class EchoOptions(backend_registry.BackendOptions):
+    """A toy backend's own option: what it answers."""
+
+    reply: str = "echo"
+
+
+def test_a_new_backend_is_one_registered_opener_with_its_own_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A backend written outside the engine (here, in this test) registers its opener and its options
+    model; models.toml then takes its option for it, refuses it for another backend, and refuses
+    another backend's option for it: nothing in the catalog or the engine changes."""
+
     def open_echo(catalog: Catalog, spec: ModelSpec, parallel: int) -> Backend:
-        return ScriptedBackend(spec.name, lambda request: "echo")
+        reply = spec.options_as(EchoOptions).reply
+        return ScriptedBackend(spec.name, lambda request: reply)
 
     monkeypatch.setitem(backend_registry.OPENERS, "echo", open_echo)
+    monkeypatch.setitem(backend_registry.OPTIONS, "echo", EchoOptions)
     models = tmp_path / "models.toml"
-    models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\n')
+    models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\nreply = "hello"\n')
     catalog = load_catalog(models)
     backend = open_backend(catalog, catalog.get("e"), parallel=1)
     assert isinstance(backend, ScriptedBackend) and backend.name == "e"
+    assert backend.respond(GenerationRequest(messages=[Message(role="user", content="hi")])) == "hello"
     assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
+    for body, refused, readers in (
+        ('backend = "llama_cpp"\npath = "m.gguf"\nreply = "hello"', "reply", "echo"),
+        ('backend = "echo"\npath = "m.gguf"\nexact_kv = true', "exact_kv", "llama_cpp"),
+    ):
+        models.write_text(f"[models.e]\n{body}\n")
+        with pytest.raises(ApplianceError, match=rf"field '{refused}' applies to backend {readers}, not"):
+            load_catalog(models)
+    models.write_text('[models.e]\nbackend = "echo"\npath = "m.gguf"\nreply = 3\n')
+    with pytest.raises(ApplianceError, match="field 'reply'"):
+        load_catalog(models)
 
 
 def test_backends_are_known_by_name_and_imported_only_when_opened() -> None:
-    """Loading the catalog checks every entry's backend by name: no backend library is imported. The
-    first opener asked for imports its own module only."""
+    """Loading the catalog checks every entry's backend by name and its options by the backend's light
+    options module: no backend module or library is imported. The first opener asked for imports its
+    own module only."""
     statement = (
         "import sys; from appliance.catalog import load_catalog; load_catalog('models.toml'); "
-        "assert not [m for m in sys.modules if m.startswith('appliance.engine')], 'the catalog loaded the engine'; "
+        "assert not [m for m in sys.modules if m.endswith('_backend')], 'the catalog loaded a backend'; "
         "from appliance.backends import backend_names; names = backend_names(); "
         "heavy = [m for m in ('llama_cpp', 'torch', 'vllm', 'transformers') if m in sys.modules]; "
         "from appliance.backends import hosts_adapters; hosts_adapters('transformers'); "

@@ -12,6 +12,8 @@ import torch
 
 from appliance.catalog import load_catalog
 from appliance.engine.hf_loading import model_placement
+from appliance.engine.llama_cpp_options import LlamaCppOptions
+from appliance.engine.transformers_options import TransformersOptions
 from appliance.engine.vllm_backend import vllm_engine_options
 from tests.test_cli import assert_clean_error, cli
 
@@ -24,11 +26,11 @@ def catalog_of(tmp_path: Path, body: str) -> Path:
 
 def test_each_backend_reads_its_own_gpu_options(tmp_path: Path) -> None:
     llama = load_catalog(catalog_of(tmp_path, 'backend = "llama_cpp"\npath = "m.gguf"\ngpu_layers = -1')).get("m")
-    assert llama.gpu_layers == -1
+    assert llama.options_as(LlamaCppOptions).gpu_layers == -1
     hf_toml = (
         'backend = "transformers"\npath = "hf"\ndevice = "cuda:1"\ndtype = "bfloat16"\nattn_implementation = "sdpa"'
     )
-    hf = load_catalog(catalog_of(tmp_path, hf_toml)).get("m")
+    hf = load_catalog(catalog_of(tmp_path, hf_toml)).get("m").options_as(TransformersOptions)
     assert model_placement(torch, hf.device, hf.dtype, hf.attn_implementation) == {
         "dtype": torch.bfloat16,
         "attn_implementation": "sdpa",

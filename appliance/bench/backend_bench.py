@@ -338,10 +338,12 @@ def _llama_peers(
     """Our llama.cpp engine on the same GGUF as `spec` (a llama_cpp entry with the same source), as shipped
     and in fast mode, on the same prompts; empty when no entry shares the file."""
     from appliance.engine.llama_cpp_backend import LlamaCppBackend
+    from appliance.engine.llama_cpp_options import LlamaCppOptions
 
     twin = llama_cpp_twin(catalog, spec) if spec.backend != "llama_cpp" else None
     if twin is None:
         return {}
+    options = twin.options_as(LlamaCppOptions)
     source = catalog.resolve_path(twin)
     rates: dict[str, float] = {}
     for arm, fast in (("llama.cpp", False), ("llama.cpp fast", True)):
@@ -350,11 +352,11 @@ def _llama_peers(
             name=twin.name,
             context_length=twin.context_length,
             slots=sequences,
-            threads=twin.threads,
-            flash_attention=fast or twin.flash_attention,
-            exact_kv=twin.exact_kv and not fast,
+            threads=options.threads,
+            flash_attention=fast or options.flash_attention,
+            exact_kv=options.exact_kv and not fast,
             kv_unified=fast,
-            gpu_layers=twin.gpu_layers,
+            gpu_layers=options.gpu_layers,
         )
         try:
             prompts = bench_prompts(sequences, plan.seed)

@@ -130,7 +130,10 @@ def sequential_backend(catalog: Catalog, spec: ModelSpec, *, reuse: bool) -> Bac
         from appliance.engine.transformers_backend import transformers_backend_for
 
         return transformers_backend_for(catalog, spec, slots=1, reuse_cache=reuse)
-    backend = open_backend(catalog, spec.model_copy(update={"slots": 1, "host_cache_mb": 0}), parallel=1)
+    single = spec.model_copy(update={"slots": 1})
+    if single.reads("host_cache_mb"):  # nothing kept beyond the one slot
+        single = single.with_options(host_cache_mb=0)
+    backend = open_backend(catalog, single, parallel=1)
     if isinstance(backend, LlamaCppBackend):
         backend.reuse_cache = reuse
     return backend

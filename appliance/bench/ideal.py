@@ -24,6 +24,7 @@ from appliance.bench.prompts import bench_prompts
 from appliance.bench.raw_loop import raw_batched_decode
 from appliance.bench.scoring import raw_prefill
 from appliance.catalog import Catalog
+from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.engine.llama_native import LlamaModel
 
 #: context per sequence of the raw decode measurement (short prompts, 32 new tokens)
@@ -57,17 +58,18 @@ def ideal_time(
     decode_rates: dict[str, float] = {}
     for name, sample in workload.prompt_sample.items():
         spec = catalog.get(name)
-        model = LlamaModel(catalog.resolve_path(spec), name, spec.gpu_layers)
+        options = spec.options_as(LlamaCppOptions)
+        model = LlamaModel(catalog.resolve_path(spec), name, options.gpu_layers)
         try:
             last_rows = [(tokens, len(tokens) - 1) for tokens in sample]
             prefill_rates[name] = sum(len(t) for t in sample) / raw_prefill(
-                model, last_rows, flash_attention=raw.flash_attention, threads=spec.threads
+                model, last_rows, flash_attention=raw.flash_attention, threads=options.threads
             )
-            row_ms[name] = 1000 * raw_row_seconds(model, sample, raw, spec.threads)
+            row_ms[name] = 1000 * raw_row_seconds(model, sample, raw, options.threads)
             if workload.decode_tokens.get(name):
                 prompts = [model.tokenize(p, parse_special=True) for p in bench_prompts(sequences, seed)]
                 decode_rates[name] = raw_batched_decode(
-                    model, prompts, 32, context_length=_DECODE_CONTEXT, threads=spec.threads, **raw.model_dump()
+                    model, prompts, 32, context_length=_DECODE_CONTEXT, threads=options.threads, **raw.model_dump()
                 ).tokens_per_s
         finally:
             model.close()

@@ -28,6 +28,7 @@ from appliance.bench.ideal import IdealTime, ideal_markdown, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
 from appliance.catalog import Catalog, load_catalog
+from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.errors import ApplianceError, first_line
 from appliance.panels import Panel, get_panel
 from appliance.paths import judges_dir
@@ -107,7 +108,7 @@ def run_scaling_bench(
         )
         points.append(point)
     specs = [catalog.get(name) for name in dict.fromkeys([player, *panel.judges])]
-    engines = {spec.name: (spec.slots, spec.context_length, spec.kv_budget_mb) for spec in specs}
+    engines = {s.name: (s.slots, s.context_length, getattr(s.options, "kv_budget_mb", None)) for s in specs}
     return ScalingBench(
         bench_id=datetime.now().strftime("%Y%m%d-%H%M%S"),
         machine=describe_machine(),
@@ -152,8 +153,8 @@ def measure_point(
         parallel=conversations,
     )
     arm, _, workload = appliance_arm(catalog, pingpong, config)
-    spec = catalog.get(player)
-    raw = RawConfig(flash_attention=spec.flash_attention, kv_unified=spec.kv_unified)
+    options = catalog.get(player).options_as(LlamaCppOptions)
+    raw = RawConfig(flash_attention=options.flash_attention, kv_unified=options.kv_unified)
     return ScalingPoint(
         conversations=conversations,
         turns=turns,

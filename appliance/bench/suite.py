@@ -33,6 +33,7 @@ from appliance.bench.prompts import bench_prompts
 from appliance.bench.scoring import ScoringBench, scoring_bench
 from appliance.catalog import Catalog, ModelSpec, sha256_of
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.engine.llama_native import LlamaModel
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import LikertTemplate, load_judge_template
@@ -201,6 +202,7 @@ def run_decode_bench(
     """The ceiling search and the decode points of `model` (its `gpu_layers` honoured)."""
     plan = (plan or (BenchPlan.quick() if quick else BenchPlan())).model_copy(update={"model": model})
     spec = catalog.get(model)
+    options = spec.options_as(LlamaCppOptions)
     path = catalog.resolve_path(spec)
     started = time.perf_counter()
     started_at = datetime.now(UTC).replace(tzinfo=None)
@@ -215,7 +217,7 @@ def run_decode_bench(
         versions=package_versions(),
         model_hash=sha256_of(path),
         model_bytes=path.stat().st_size,
-        gpu_layers=spec.gpu_layers,
+        gpu_layers=options.gpu_layers,
         decode=points,
         raw_config=raw_config,
         raw_configs=raw_configs,
@@ -251,12 +253,13 @@ def write_decode_outputs(report: DecodeBenchReport, folder: Path) -> tuple[Path,
 def _ceiling(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> tuple[RawConfig, dict[str, float]]:
     """The bare loop's fastest settings, measured once at the largest sequence count of the plan."""
     spec = catalog.get(plan.model)
+    options = spec.options_as(LlamaCppOptions)
     sequences = max(plan.sequences)
-    model = LlamaModel(catalog.resolve_path(spec), spec.name, spec.gpu_layers)
+    model = LlamaModel(catalog.resolve_path(spec), spec.name, options.gpu_layers)
     try:
         tokens = [model.tokenize(prompt, parse_special=True) for prompt in bench_prompts(sequences, plan.seed)]
         best, rates = fastest_raw_config(
-            model, tokens, plan.new_tokens, context_length=RAW_CONTEXT, threads=spec.threads
+            model, tokens, plan.new_tokens, context_length=RAW_CONTEXT, threads=options.threads
         )
     finally:
         model.close()
@@ -269,16 +272,17 @@ def _engine(model_path: Path, spec: ModelSpec, sequences: int, *, ceiling: RawCo
     """The engine in one of three modes: "exact" (aligned chunks, one KV stream per sequence, the ceiling's
     attention kernel), "fast" (any KV reused, free chunking, the ceiling's kernel and KV layout) or
     "default" (exact with flash attention off, as models.toml ships)."""
+    options = spec.options_as(LlamaCppOptions)
     return LlamaCppBackend(
         model_path,
         name=spec.name,
         context_length=RAW_CONTEXT,
         slots=sequences,
-        threads=spec.threads,
+        threads=options.threads,
         flash_attention=ceiling.flash_attention and mode != "default",
         exact_kv=mode != "fast",
         kv_unified=mode == "fast" and ceiling.kv_unified,
-        gpu_layers=spec.gpu_layers,
+        gpu_layers=options.gpu_layers,
     )
 
 
@@ -297,7 +301,7 @@ def _decode_points(
         try:
             point = decode_point(
                 exact, sequences, plan.new_tokens, plan.seed, plan.repeats, raw_config=raw_config,
-                fast_backend=fast, default_backend=default, threads=spec.threads,
+                fast_backend=fast, default_backend=default, threads=spec.options_as(LlamaCppOptions).threads,
             )  # fmt: skip
         finally:
             for backend in (exact, fast, default):
@@ -314,6 +318,7 @@ def _decode_points(
 
 def _scoring(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> ScoringBench:
     spec = catalog.get(plan.model)
+    options = spec.options_as(LlamaCppOptions)
     template = load_judge_template(judges_dir() / "turn_likelihood.toml")
     assert isinstance(template, LikelihoodTemplate | ExpectedScoreTemplate)
     say(f"scoring: {plan.scoring_items} items judged by likelihood ({template.name}), engine vs raw prefill loop")
@@ -322,8 +327,8 @@ def _scoring(catalog: Catalog, plan: BenchPlan, say: Callable[[str], None]) -> S
         name=spec.name,
         context_length=1024,
         slots=32,
-        threads=spec.threads,
-        gpu_layers=spec.gpu_layers,
+        threads=options.threads,
+        gpu_layers=options.gpu_layers,
     )
     try:
         result = scoring_bench(backend, template, plan.scoring_items, plan.seed)

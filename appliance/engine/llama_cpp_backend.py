@@ -23,6 +23,7 @@ from appliance.engine.backend import BackendBase, cut_at_stop, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
+from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.engine.llama_native import (
     LlamaModel,
     TokenBatch,
@@ -550,19 +551,20 @@ class LlamaCppBackend(BackendBase):
 
 @register_backend("llama_cpp")
 def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCppBackend:
+    options = spec.options_as(LlamaCppOptions)
     return LlamaCppBackend(
         catalog.resolve_path(spec),
         name=spec.name,
         chat_format=spec.chat_format,
         context_length=spec.context_length,
         slots=max(1, min(spec.slots, parallel * 4)),
-        threads=spec.threads,
-        exact_kv=spec.exact_kv,
-        kv_unified=spec.kv_unified,
-        flash_attention=spec.flash_attention,
-        kv_budget_mb=spec.kv_budget_mb,
-        host_cache_mb=spec.host_cache_mb,
-        gpu_layers=spec.gpu_layers,
+        threads=options.threads,
+        exact_kv=options.exact_kv,
+        kv_unified=options.kv_unified,
+        flash_attention=options.flash_attention,
+        kv_budget_mb=options.kv_budget_mb,
+        host_cache_mb=options.host_cache_mb,
+        gpu_layers=options.gpu_layers,
         adapter=catalog.resolve_adapter(spec),
         adapter_scale=spec.adapter_scale,
     )

@@ -45,6 +45,7 @@ from appliance.engine.transformers_batching import (
     choose_token,
     logits_processors,
 )
+from appliance.engine.transformers_options import TransformersOptions
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.synthetic_shapes import SyntheticShape
 
@@ -294,6 +295,7 @@ def transformers_backend_for(
     adapter entry alone is its base serving that adapter by default. `reuse_cache=False` keeps no
     turn's cache (a stateless baseline)."""
     shape = spec.synthetic_shape
+    options = spec.options_as(TransformersOptions)
     served, default = hosted_adapters(catalog, spec, adapters)
     # each adapter checked before the base is loaded
     folders = {name: (peft_adapter_folder(name, adapter), scale) for name, (adapter, scale) in served.items()}
@@ -304,10 +306,10 @@ def transformers_backend_for(
         chat_format=spec.chat_format,
         slots=slots,
         context_length=spec.context_length,
-        device=spec.device,
-        dtype=spec.dtype,
-        attn_implementation=spec.attn_implementation,
-        threads=spec.threads,
+        device=options.device,
+        dtype=options.dtype,
+        attn_implementation=options.attn_implementation,
+        threads=options.threads,
         reuse_cache=reuse_cache,
         adapters=folders,
         default_adapter=default,

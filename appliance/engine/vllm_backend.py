@@ -39,6 +39,7 @@ from appliance.engine.scoring import (
     scored_completion,
 )
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
+from appliance.engine.vllm_options import VllmOptions
 from appliance.errors import ApplianceError, first_line
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -50,8 +51,9 @@ def kv_cache_bytes(folder: Path, spec: ModelSpec) -> int:
     at the full context (from the folder's config). vLLM's own CPU sizing is a share of host memory
     minus what the process already holds, which leaves nothing for a second engine in one process
     (a panel of two vLLM judges)."""
-    if spec.kv_budget_mb is not None:
-        return spec.kv_budget_mb * 2**20
+    options = spec.options_as(VllmOptions)
+    if options.kv_budget_mb is not None:
+        return options.kv_budget_mb * 2**20
     try:
         config = json.loads((folder / "config.json").read_text())
         config = config.get("text_config", config)
@@ -62,7 +64,7 @@ def kv_cache_bytes(folder: Path, spec: ModelSpec) -> int:
         return FALLBACK_KV_BYTES  # a folder vLLM cannot read either: vLLM's own error will say why
     # one slot more than asked: vLLM wants a little more than the bare cells for one full-length
     # sequence (one slot at 2,048 tokens: 0.09 GiB needed, 0.088 given, and the engine refused to start)
-    return per_token * DTYPE_BYTES.get(spec.dtype or "float32", 4) * (spec.slots + 1) * spec.context_length
+    return per_token * DTYPE_BYTES.get(options.dtype or "float32", 4) * (spec.slots + 1) * spec.context_length
 
 
 def _import_vllm(model: str) -> Any:
@@ -100,13 +102,14 @@ def vllm_engine_options(spec: ModelSpec) -> dict[str, Any]:
     splits each layer over GPUs, pipeline parallelism the layers into stages; over several machines vLLM
     places them on a Ray cluster (docs/engine.md, "GPUs"). The weights stay float32 unless `dtype` says
     otherwise, as with the transformers backend: vLLM's own default turns float32 models into bfloat16."""
-    options = {
-        "tensor_parallel_size": spec.tensor_parallel_size,
-        "pipeline_parallel_size": spec.pipeline_parallel_size,
-        "gpu_memory_utilization": spec.gpu_memory_utilization,
-        "dtype": spec.dtype or "float32",
+    options = spec.options_as(VllmOptions)
+    engine = {
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "pipeline_parallel_size": options.pipeline_parallel_size,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "dtype": options.dtype or "float32",
     }
-    return {name: value for name, value in options.items() if value is not None}
+    return {name: value for name, value in engine.items() if value is not None}
 
 
 #: the LoRA ranks vLLM sizes its adapter slots for; an engine takes the smallest that fits its adapters
@@ -120,18 +123,20 @@ class VllmBackend(BackendBase):
         """`adapters`: PEFT folders (already scaled) by entry name; `default_adapter`: the one a request
         naming none plays (None: the base)."""
         self.vllm = _import_vllm(spec.name)
+        options = spec.options_as(VllmOptions)
         if not path.exists():
             raise ApplianceError(f"model '{spec.name}': {path} not found")
         if path.is_file():
-            path = hf_folder_from_gguf(path, spec.name, spec.dtype if spec.dtype not in (None, "auto") else "float32")
+            dtype = options.dtype if options.dtype not in (None, "auto") else "float32"
+            path = hf_folder_from_gguf(path, spec.name, dtype)
         super().__init__(spec.name)
         self.context_length = spec.context_length
         self.default_adapter = default_adapter
         engine: dict[str, Any] = {}
         if _on_cpu():
             engine = {"enforce_eager": True, "kv_cache_memory_bytes": kv_cache_bytes(path, spec)}
-        elif spec.kv_budget_mb is not None:
-            engine = {"kv_cache_memory_bytes": spec.kv_budget_mb * 2**20}
+        elif options.kv_budget_mb is not None:
+            engine = {"kv_cache_memory_bytes": options.kv_budget_mb * 2**20}
         if adapters:
             from vllm.lora.request import LoRARequest
 
