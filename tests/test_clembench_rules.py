@@ -44,6 +44,7 @@ from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
 from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, Store
+from appliance.store.run_view import RunView
 from tests.fakes import conversation_of, hand_episode, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -303,7 +304,7 @@ def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path:
 
     with Store.open(tmp_path / "db.duckdb") as store:
         summary = Runner(catalog, store, factory).execute(config, [family])
-        report = build_clem_report(store, summary.run_id, "clembench")
+        report = build_clem_report(RunView(store, summary.run_id, "clembench"))
     # --limit 1 plays one instance per game row: referencegame has three (en, de, fr)
     two_player = 6  # wordle_withcritic, taboo, imagegame, referencegame x 3
     assert summary.episodes_total == (len(GAMES) + 2) * 2 + two_player * 2
@@ -344,7 +345,7 @@ def test_golden_run_aggregates_to_clemcores_published_figures(tmp_path: Path) ->
         golden = next(csv.DictReader(handle))
     with Store.open(tmp_path / "db.duckdb") as store:
         run_id, episodes, _ = import_results(store, GOLDEN / "runs-v2-llama8b.zip")
-        (row,) = build_clem_report(store, run_id, "clembench").rows
+        (row,) = build_clem_report(RunView(store, run_id, "clembench")).rows
     assert episodes == 817
     assert round(row.clemscore or 0, 2) == float(golden["-, clemscore"]) == 28.09
     assert round(row.played, 2) == pytest.approx(float(golden["all, Average % Played"]), abs=0.005)
@@ -421,7 +422,7 @@ def test_an_episode_that_failed_to_run_counts_as_aborted_with_its_cause(tmp_path
     ]
     with Store.open(tmp_path / "hand.duckdb") as store:
         store_hand_run(store, "hand", {"scenarios": ["clembench"]}, episodes)
-        report = build_clem_report(store, "hand", "clembench")
+        report = build_clem_report(RunView(store, "hand", "clembench"))
     (row,) = report.rows
     # 1 of 3 episodes aborted (it failed to run): 66.7% played, not 100%; quality over the two played
     assert row.played == pytest.approx(200 / 3) and row.quality == pytest.approx(75.0)
@@ -447,7 +448,7 @@ def test_languages_are_rows_of_their_own_and_compared_with_english(tmp_path: Pat
     ]
     with Store.open(tmp_path / "lang.duckdb") as store:
         store_hand_run(store, "lang", {"scenarios": ["clembench"]}, episodes)
-        report = build_clem_report(store, "lang", "clembench")
+        report = build_clem_report(RunView(store, "lang", "clembench"))
     (row,) = report.rows
     assert {g.game for g in row.games} == {"referencegame", "referencegame_de"}, "German is not pooled with English"
     assert row.clemscore == pytest.approx(75.0)  # from the English game, as the paper's Table 1
@@ -507,6 +508,6 @@ def test_replies_cut_by_their_cap_are_counted_per_game(tmp_path: Path) -> None:
     episodes = [episode(0, ["stop", "length", "length"]), episode(1, ["length", "stop"]), episode(2, ["stop"])]
     with Store.open(tmp_path / "cut.duckdb") as store:
         store_hand_run(store, "cut", {"scenarios": ["clembench"]}, episodes)
-        report = build_clem_report(store, "cut", "clembench")
+        report = build_clem_report(RunView(store, "cut", "clembench"))
     (game,) = report.rows[0].games
     assert (game.episodes, game.cut_replies) == (3, 3)

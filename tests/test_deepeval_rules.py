@@ -41,6 +41,7 @@ from appliance.scenarios.deepeval.settings import PAPER_PAIRS, DeepEvalSettings
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
 from appliance.scheduler import Scheduler
 from appliance.store import Store
+from appliance.store.run_view import RunView
 from tests.fakes import conversation_of
 
 T = TypeVar("T")
@@ -280,11 +281,11 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
     with Store.open(tmp_path / "db.duckdb") as store:
         config = deepeval_config(catalog, MODELS, 1, "deepeval")
         summary = Runner(catalog, store, factory).execute(config, [load_family("deepeval", store=store)])
-        report = build_deepeval_report(store, summary.run_id, "deepeval")
+        report = build_deepeval_report(RunView(store, summary.run_id, "deepeval"))
         rescored = rescore_run(
             store, catalog, summary.run_id, Panel(name="q", judges=["gemma3-270m"]), backend_factory=factory
         )
-        by_gemma = build_deepeval_report(store, summary.run_id, "deepeval", panel="q")
+        by_gemma = build_deepeval_report(RunView(store, summary.run_id, "deepeval"), panel="q")
         reading = Panel(name="lik", judges=["gemma3-270m"], judging="likelihood")
         rescore_run(store, catalog, summary.run_id, reading, backend_factory=reading_factory)
         read = store.query("SELECT DISTINCT mode, template FROM judgments WHERE panel = 'lik'")
@@ -292,7 +293,7 @@ def test_a_scripted_run_is_anonymous_and_pays_each_model_and_role(tmp_path: Path
             "SELECT count(*), count(DISTINCT raw_text), count(DISTINCT target_idx) FROM judgments"
             " WHERE panel = 'p' GROUP BY episode_id, judge"
         )
-        by_reading = build_deepeval_report(store, summary.run_id, "deepeval", panel="lik")
+        by_reading = build_deepeval_report(RunView(store, summary.run_id, "deepeval"), panel="lik")
         pools = store.query("SELECT metadata FROM episodes WHERE run_id = ?", [summary.run_id])
     assert summary.episodes_total == 6 * 2 and summary.episodes_failed == 0  # 6 tasks x both orders of the pair
     prompts = [m.content for backend in backends for request in backend.requests for m in request.messages]
@@ -351,7 +352,7 @@ def test_code_review_needs_kernel_isolation_or_the_users_explicit_consent(
         assert store.query("SELECT count(*) FROM runs") == [(0,)]  # refused before anything was stored
         unsafe = config.model_copy(update={"unsafe_code_execution": True})
         summary = Runner(catalog, store, scripted_models).execute(unsafe, [load_family("deepeval", store=store)])
-        report = build_deepeval_report(store, summary.run_id, "deepeval")
+        report = build_deepeval_report(RunView(store, summary.run_id, "deepeval"))
         (metadata,) = store.query(
             "SELECT metadata FROM episodes WHERE run_id = ? AND instance_id LIKE 'code_review/%'", [summary.run_id]
         )[0]
@@ -382,7 +383,7 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
         config = deepeval_config(catalog, ["smollm2-135m"], None, spec)
         summary = Runner(catalog, store, scripted_models).execute(config, [load_family(spec, store=store)])
         resumed = Runner(catalog, store, scripted_models).resume(summary.run_id)
-        report = build_deepeval_report(store, summary.run_id, spec)
+        report = build_deepeval_report(RunView(store, summary.run_id, spec))
     needed = {task.task: (task.repetitions, task.stable) for task in report.repetitions}
     # self-play public goods alternates 60 (all give 10) and 50 coins: never within 0.05 x its range of 80,
     # so played to max
@@ -396,6 +397,6 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     # the report reads the rules stored with the run, not the file as it is now
     (folder / "deepeval.toml").write_text(settings.replace("tolerance = 0.05", "tolerance = 0.5"), encoding="utf-8")
     with Store.open(tmp_path / "db.duckdb") as store:
-        later = build_deepeval_report(store, summary.run_id, spec)
+        later = build_deepeval_report(RunView(store, summary.run_id, spec))
     assert later.tolerance == 0.05 and later.settings_source == "run"
     assert later.repetitions == report.repetitions

@@ -26,6 +26,7 @@ from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import task_specs
 from appliance.scenarios.deepeval.word_chain import rule_broken
 from appliance.store import Store
+from appliance.store.run_view import RunView
 from appliance.view import collect_contents
 from tests.test_deepeval_rules import DATA, IDIOMS, MODELS, REPO, WORDS, deepeval_config, scripted_models
 
@@ -93,7 +94,7 @@ def scripted_run(
         assert summary.episodes_failed == 0
         if prompts is not None:  # every system prompt the models were sent
             prompts += [request.messages[0].content for backend in backends for request in backend.requests]
-        return build_deepeval_report(store, summary.run_id, "deepeval")
+        return build_deepeval_report(RunView(store, summary.run_id, "deepeval"))
 
 
 def test_three_models_play_one_public_goods_game_a_seat_each(tmp_path: Path) -> None:

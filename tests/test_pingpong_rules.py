@@ -22,6 +22,7 @@ from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogat
 from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
 from appliance.store import EpisodeRecord, JudgmentRecord, Store
+from appliance.store.run_view import RunView
 from tests.fakes import conversation_of, forget_episode, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -246,7 +247,7 @@ def test_a_conversation_that_outgrows_the_context_ends_and_is_judged_on_the_turn
         speakers = [speaker for (speaker,) in store.query("SELECT speaker FROM messages ORDER BY idx")]
         assert speakers.count("player") == speakers.count("interrogator") == played
         assert speakers[-1] == "gm"  # the note saying why the conversation ended
-        board = build_leaderboard(store, summary.run_id, family.name)
+        board = build_leaderboard(RunView(store, summary.run_id, family.name))
         assert board.rows[0].ended_early == 1 and board.rows[0].final is not None
         console = Console(record=True, width=200)
         print_leaderboard(console, board)
@@ -394,7 +395,7 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
     config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"]}}
     with Store.open(tmp_path / "hand.duckdb") as store:
         store_hand_run(store, run_id, config, episodes)
-        board = build_leaderboard(store, run_id)
+        board = build_leaderboard(RunView(store, run_id, "pingpong"))
     rows = {row.model: row for row in board.rows}
     # mean reply lengths 100 and 300; their median 200
     assert board.median_of_mean_lengths == 200.0
@@ -440,7 +441,7 @@ def test_under_a_likelihood_panel_the_length_factor_scales_the_calibrated_score_
     config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"], "judging": "likelihood"}}
     with Store.open(tmp_path / "lik.duckdb") as store:
         store_hand_run(store, "lik", config, episodes)
-        board = build_leaderboard(store, "lik")
+        board = build_leaderboard(RunView(store, "lik", "pingpong"))
     rows = {row.model: row for row in board.rows}
     wordy_factor = 1 + 0.07 * (200 / 300 - 1)  # mean lengths 100 and 300, median 200
     assert rows["wordy"].length_factor == pytest.approx(wordy_factor)

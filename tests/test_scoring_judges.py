@@ -70,6 +70,7 @@ from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.labels import write_calibration, write_label_set
 from appliance.store.records import CalibrationRecord, JudgmentRecord
+from appliance.store.run_view import RunView
 from tests.fakes import scripted_factory
 from tests.test_calibration import import_rows
 
@@ -458,7 +459,7 @@ def test_a_likelihood_panel_scores_replies_by_features_and_its_calibration_names
             "SELECT DISTINCT criterion FROM judgments WHERE mode = 'likelihood' AND template = 'turn_likelihood'"
         )
         assert {row[0] for row in features} == set(template.outputs())
-        board = build_leaderboard(store, summary.run_id)
+        board = build_leaderboard(RunView(store, summary.run_id, "pingpong"))
         stored_config = store.run(summary.run_id).config
         assert stale_calibrations(store, panel, "turn_likelihood", REPO / "judges") == ["cal-stale"]
     assert board.calibration is not None and board.calibration["calibration_id"] == "cal-current"

@@ -26,6 +26,7 @@ from appliance.scenarios.simulatebench.profile import NOT_ENOUGH_INFORMATION, Pr
 from appliance.scenarios.simulatebench.render import size_line
 from appliance.scenarios.simulatebench.report import build_consistency_report
 from appliance.store import Store
+from appliance.store.run_view import RunView
 
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "scenarios" / "simulatebench"
@@ -217,7 +218,7 @@ def test_scripted_run_scores_ca_and_rcov(tmp_path: Path) -> None:
             catalog, store, lambda c, spec, parallel: ScriptedBackend(spec.name, scripted_player(answer_key()))
         )
         summary = runner.execute(config, [family])
-        report = build_consistency_report(store, summary.run_id, "simulatebench")
+        report = build_consistency_report(RunView(store, summary.run_id, "simulatebench"))
         stored = json.loads(store.query("SELECT metadata FROM episodes LIMIT 1")[0][0])
     assert summary.episodes_finished == 12  # 6 characters x (base + 1 variant)
     (row,) = report.rows

@@ -40,6 +40,7 @@ from appliance.scheduler import Scheduler
 from appliance.stats import bootstrap_interval, cluster_bootstrap_interval
 from appliance.store import EpisodeRecord, Store
 from appliance.store.records import JudgmentRecord
+from appliance.store.run_view import RunView
 from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -302,7 +303,7 @@ def test_the_pipeline_runs_stage_after_stage_resumes_and_reports(tmp_path: Path)
         )
         # 2 tasks x 3 dialogues; each dialogue: turn 1 fine, turn 2 (the harder request) challenging -> 2 scripts
         assert summary.episodes_total == 6 + 6 + 12 * 2 + 12 and summary.episodes_failed == 0
-        report = build_simulbench_report(store, summary.run_id, "simulbench")
+        report = build_simulbench_report(RunView(store, summary.run_id, "simulbench"))
         resumed = Runner(catalog, store, scripted_factory(good_and_bad)).resume(summary.run_id)
         rescored = rescore_run(
             store,
@@ -383,8 +384,8 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
     with Store.open(tmp_path / "hand.duckdb") as store:
         config = {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}
         store_hand_run(store, "hand", config, episodes)
-        report = build_simulbench_report(store, "hand", "simulbench")
-        headline = simulbench_headline(store, "hand", "simulbench", None)
+        report = build_simulbench_report(RunView(store, "hand", "simulbench"))
+        headline = simulbench_headline(RunView(store, "hand", "simulbench"), None)
     assert (report.common_scripts, report.perfect_dropped, report.incomplete_scripts) == (3, 1, 1)
     assert report.perfect_decided_by == "the 2 players of run hand"
     # compare and the page see the same scripts as the report: s4 and s5 are not among the units
@@ -413,7 +414,7 @@ def test_hardest_and_simplest_tasks_are_ten_of_each_type_as_the_papers_table(tmp
     ] + [_evaluated("hand", f"f{i}", (f"full{i}", "stateful", "LastOnly"), "a", 2.0 + i) for i in range(3)]
     with Store.open(tmp_path / "tasks.duckdb") as store:
         store_hand_run(store, "hand", {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}, episodes)
-        report = build_simulbench_report(store, "hand", "simulbench")
+        report = build_simulbench_report(RunView(store, "hand", "simulbench"))
     hardest = [(t.task_type, t.task) for t in report.hardest_tasks]
     assert hardest == [("stateless", f"less{i:02d}") for i in range(10)] + [("stateful", f"full{i}") for i in range(3)]
     assert [t.task for t in report.simplest_tasks] == ["less11", "less10"]  # the rest, simplest first
@@ -474,7 +475,7 @@ def test_stored_scripts_are_evaluated_with_new_players_without_collecting_again(
         scripts = store.query(
             "SELECT DISTINCT instance_id FROM episodes WHERE instance_id LIKE 'evaluate/%' ORDER BY 1"
         )
-        report = build_simulbench_report(store, reused.run_id, spec)
+        report = build_simulbench_report(RunView(store, reused.run_id, spec))
         stored = store.run(reused.run_id).config["family_settings"][spec]
     assert stages == [("evaluate", 3 * 2)]  # 3 dialogues x 2 scripts, answered by the new player only
     assert len(scripts) == 6, "both runs evaluated the same scripts"
@@ -495,15 +496,15 @@ def test_perfect_scripts_belong_to_the_script_set_and_one_player_decides_none(tm
     with Store.open(tmp_path / "sets.duckdb") as store:
         src = [_evaluated("src", s, meta, p, r) for s, ratings in source.items() for p, r in ratings.items()]
         store_hand_run(store, "src", {"scenarios": ["simulbench"], "panel": panel}, src)
-        decided = perfect_scripts_of_run(store, "src")
+        decided = perfect_scripts_of_run(RunView(store, "src", "simulbench"))
         spec = "simulbench:src"
         later = [_evaluated("later", s, meta, "c", r, spec) for s, r in {"s1": 7.0, "s2": 10.0, "s3": 8.0}.items()]
         store_hand_run(store, "later", {"scenarios": [spec], "panel": panel, "family_settings": {spec: decided}}, later)
-        again = build_simulbench_report(store, "later", spec)
-        headline = simulbench_headline(store, "later", spec, None)
+        again = build_simulbench_report(RunView(store, "later", spec))
+        headline = simulbench_headline(RunView(store, "later", spec), None)
         alone = [_evaluated("one", f"o{i}", meta, "a", r) for i, r in enumerate([10.0, 10.0, 6.0, 8.0])]
         store_hand_run(store, "one", {"scenarios": ["simulbench"], "panel": panel}, alone)
-        single = build_simulbench_report(store, "one", "simulbench")
+        single = build_simulbench_report(RunView(store, "one", "simulbench"))
     assert decided == {"perfect_scripts": ["s1"], "perfect_decided_by": "the 2 players of run src"}
     assert (again.common_scripts, again.perfect_dropped, again.perfect_decided_by) == (2, 1, "the 2 players of run src")
     assert again.rows[0].all.mean == pytest.approx(9.0)

@@ -24,6 +24,7 @@ from appliance.scenarios.registry import family_entry
 from appliance.scenarios.spec import family_of
 from appliance.stats import holm_adjusted
 from appliance.store import Store
+from appliance.store.run_view import RunView
 from appliance.tomlfile import read_toml
 
 #: the default family-wise false-alarm rate of one comparison
@@ -208,8 +209,8 @@ def shared_headlines(store: Store, base_run: str, candidate_run: str) -> list[tu
             found.append(
                 (
                     scenario,
-                    entry.headline(store, base_run, scenario, None),
-                    entry.headline(store, candidate_run, scenario, None),
+                    entry.headline(RunView(store, base_run, scenario), None),
+                    entry.headline(RunView(store, candidate_run, scenario), None),
                 )
             )
     return found

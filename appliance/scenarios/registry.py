@@ -29,6 +29,7 @@ from appliance.run_config import RunConfig
 from appliance.scenarios.base import Family
 from appliance.scenarios.spec import ScenarioSpec, family_of
 from appliance.store import Store
+from appliance.store.run_view import RunView
 
 ReportT = TypeVar("ReportT", bound=BaseModel)
 ENTRY_POINT_GROUP = "appliance.families"
@@ -106,8 +107,8 @@ class FamilyEntry(Generic[ReportT]):
     name: str
     description: str
     load: Callable[[LoadRequest], Family]
-    #: (store, run id, scenario spec, panel or None for the run's) -> the family's report
-    report: Callable[[Store, str, str, str | None], ReportT]
+    #: (the family's view of a stored run, panel or None for the run's) -> the family's report
+    report: Callable[[RunView, str | None], ReportT]
     #: prints a report of this family on a terminal
     render: Callable[[Console, ReportT], None]
     #: instances per run in the quick suite (`appliance run` with no --scenario)
@@ -125,8 +126,8 @@ class FamilyEntry(Generic[ReportT]):
     data_folder: str = ""
     #: position in listings and in the default suite (lower first; ties by name)
     order: int = 100
-    #: (store, run id, scenario spec, panel or None) -> the units and headline metrics `appliance compare` pairs
-    headline: Callable[[Store, str, str, str | None], Headline] | None = None
+    #: (the family's view of a stored run, panel or None) -> the units and headline metrics `appliance compare` pairs
+    headline: Callable[[RunView, str | None], Headline] | None = None
     #: the family's own options, a pydantic model its loader reads from `LoadRequest.options`: a new option
     #: is a field here, set with `appliance run --set NAME.KEY=VALUE` and stored with the run
     options: type[BaseModel] | None = None
@@ -240,4 +241,4 @@ class ScenarioReport:
 
 def build_scenario_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ScenarioReport:
     entry = family_entry(scenario)
-    return ScenarioReport(entry, entry.report(store, run_id, scenario, panel))
+    return ScenarioReport(entry, entry.report(RunView(store, run_id, scenario), panel))

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.store.records import StoredRun
+from appliance.store.labels import get_calibration
+from appliance.store.records import CalibrationRecord, StoredRun
 from appliance.store.store import Store
 
 
@@ -89,6 +90,24 @@ class RunView:
     @property
     def status(self) -> str:
         return self._run.status
+
+    @property
+    def where(self) -> str:
+        """The store's file, for messages about this run."""
+        return str(self._store.path)
+
+    @property
+    def run_scenarios(self) -> list[str]:
+        """Every scenario spec the run played (this family's among them)."""
+        return list(self._run.scenarios)
+
+    def sibling(self, scenario: str) -> RunView:
+        """The view of another scenario of the same run (a later stage reading an earlier one's output)."""
+        return RunView(self._store, self.run_id, scenario)
+
+    def calibration(self, calibration_id: str) -> CalibrationRecord:
+        """A calibration the run's scores were calibrated with (its report describes it)."""
+        return get_calibration(self._store, calibration_id)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.export import TABLES
 from appliance.store.labels import calibration_rows
+from appliance.store.run_view import RunView
 from appliance.view.criteria import LabelCriterion, criteria_of_templates
 
 RESAMPLES = 1000
@@ -191,7 +192,7 @@ def _scenario_board(store: Store, run_id: str, scenario: str, seed: int) -> Scen
     entry = family_entry(family_of(scenario))
     metrics: list[MetricBoard] = []
     if entry.headline is not None:
-        metrics = _metric_boards(entry.headline(store, run_id, scenario, None), seed)
+        metrics = _metric_boards(entry.headline(RunView(store, run_id, scenario), None), seed)
     return ScenarioBoard(
         run_id=run_id,
         scenario=scenario,

@@ -21,7 +21,6 @@ from appliance.sampling import Sampling
 from appliance.scenarios import FamilyEntry, Instance, LoadRequest, ScenarioFamily, register_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.stats import bootstrap_interval
-from appliance.store import Store
 from appliance.store.records import ScoreRecord
 from appliance.store.run_view import RunView
 from appliance.tomlfile import read_toml
@@ -87,8 +86,7 @@ class RecallReport(BaseModel):
     rows: list[RecallRow]
 
 
-def build_report(store: Store, run_id: str, scenario: str, panel: str | None) -> RecallReport:
-    run = RunView(store, run_id, scenario)
+def build_report(run: RunView, panel: str | None) -> RecallReport:
     by_model: dict[str, list[float]] = {}
     for score in run.scores(metrics=["correct"]):
         if score.value is not None:
@@ -96,7 +94,7 @@ def build_report(store: Store, run_id: str, scenario: str, panel: str | None) ->
     rows = [
         RecallRow(model=m, accuracy=mean(v), ci=bootstrap_interval(v), episodes=len(v)) for m, v in by_model.items()
     ]
-    return RecallReport(run_id=run_id, scenario=scenario, rows=rows)
+    return RecallReport(run_id=run.run_id, scenario=run.scenario, rows=rows)
 
 
 def render(console: Console, report: RecallReport) -> None:

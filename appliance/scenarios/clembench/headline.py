@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from appliance.headline import Headline, HeadlineMetric, Unit
 from appliance.scenarios.clembench.report import EpisodeResult, aggregate, headline_results, load_results
-from appliance.store import Store
+from appliance.store.run_view import RunView
 
 
 def _results(units: Sequence[Unit]) -> list[EpisodeResult]:
@@ -25,10 +25,10 @@ def _clemscore(units: Sequence[Unit]) -> float | None:
     return aggregate(_results(units)).clemscore
 
 
-def clembench_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+def clembench_headline(run: RunView, panel: str | None) -> Headline:
     """One unit per episode of the English games (as clemscore), keyed by instance; clemcore's aggregation
     over the resampled units."""
-    results, _ = load_results(store, run_id, scenario)
+    results, _ = load_results(run)
     units = [
         Unit(
             key=result.instance_id,

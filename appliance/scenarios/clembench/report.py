@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from appliance.scenarios.clembench.results import folder_pairing
 from appliance.stats import DEFAULT_RESAMPLES, bootstrap_interval
-from appliance.store import Store
 from appliance.store.run_view import RunView
 
 #: episodes per game row below which the report says its figures say little (and the default run's size)
@@ -153,9 +152,8 @@ def _interval(values: list[float]) -> tuple[float, float] | None:
     return float(low), float(high)
 
 
-def load_results(store: Store, run_id: str, scenario: str) -> tuple[dict[str, list[EpisodeResult]], dict[str, int]]:
+def load_results(run: RunView) -> tuple[dict[str, list[EpisodeResult]], dict[str, int]]:
     """Every episode's result per player (failed ones as aborted), and the count of episodes that failed to run."""
-    run = RunView(store, run_id, scenario)
     figures: dict[str, dict[str, float]] = defaultdict(dict)
     for score in run.scores(metrics=["Aborted", "Main Score", "Lose"], finished_only=False):
         if score.value is not None:
@@ -214,10 +212,10 @@ def failure_cause(error: str) -> str:
     return re.sub(r"\d+", "N", error.splitlines()[0] if error else "unknown")[:120]
 
 
-def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ClemReport:
+def build_clem_report(run: RunView, panel: str | None = None) -> ClemReport:
     """Rule-scored: `panel` is accepted for a uniform report signature and has no effect."""
-    status = store.run(run_id).status
-    results, failed = load_results(store, run_id, scenario)
+    status = run.status
+    results, failed = load_results(run)
     rows = []
     for player in sorted(set(results) | set(failed)):
         episodes = results.get(player, [])
@@ -243,11 +241,11 @@ def build_clem_report(store: Store, run_id: str, scenario: str, panel: str | Non
             )
         )
     rows.sort(key=lambda row: -(row.clemscore or 0.0))
-    cross = cross_play_labels(RunView(store, run_id, scenario))
+    cross = cross_play_labels(run)
     self_play = [row for row in rows if row.player not in cross]
     return ClemReport(
-        run_id=run_id,
-        scenario=scenario,
+        run_id=run.run_id,
+        scenario=run.scenario,
         status=status,
         rows=self_play,
         cross_play=[row for row in rows if row.player in cross],

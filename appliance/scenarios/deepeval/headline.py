@@ -7,16 +7,14 @@ from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.payoffs import task_of
 from appliance.scenarios.deepeval.report import run_settings
 from appliance.scenarios.deepeval.tasks import task_specs
-from appliance.store import Store
 from appliance.store.run_view import RunView
 
 
-def deepeval_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+def deepeval_headline(run: RunView, panel: str | None) -> Headline:
     """One unit per episode and player: its payoff in each role it played. Both orders of a pairing
     play the same instance, so a unit's key is its episode without the run id (instance and pairing),
     which pairs it with the same episode of another run."""
-    run = RunView(store, run_id, scenario)
-    settings, _ = run_settings(run, scenario)
+    settings, _ = run_settings(run, run.scenario)
     specs = task_specs(settings.public_goods, len(run.config["players"]))
     payoff_metrics = {(spec.id, payoff.metric): role for spec in specs for role, payoff in spec.payoffs.items()}
     values: dict[tuple[str, str], dict[str, float | None]] = {}

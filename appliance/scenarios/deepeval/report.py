@@ -28,7 +28,6 @@ from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import PayoffKind, TaskSpec, public_goods_seats, task_specs
 from appliance.scenarios.registry import load_family
 from appliance.stats import bootstrap_interval
-from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode, StoredScore
 
 CHAIN_TASKS = ("idiom_chain", "word_chain")
@@ -151,10 +150,9 @@ def run_settings(run: RunView, scenario: str) -> tuple[DeepEvalSettings, Literal
     return family.data.settings, "files"
 
 
-def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> DeepEvalReport:
-    run = RunView(store, run_id, scenario)
+def build_deepeval_report(run: RunView, panel: str | None = None) -> DeepEvalReport:
     panel_name = panel or run.panel
-    settings, source = run_settings(run, scenario)
+    settings, source = run_settings(run, run.scenario)
     players = list(run.config.get("players", []))
     specs = task_specs(settings.public_goods, len(players))
     rule = settings.repetitions
@@ -165,8 +163,8 @@ def build_deepeval_report(store: Store, run_id: str, scenario: str, panel: str |
     positions = chain_positions(episodes)
     scores = run.scores(panels=[RULE_SCORER, panel_name])
     return DeepEvalReport(
-        run_id=run_id,
-        scenario=scenario,
+        run_id=run.run_id,
+        scenario=run.scenario,
         status=run.status,
         panel=panel_name,
         symmetric=[row for row in rows if row.task in symmetric_tasks],

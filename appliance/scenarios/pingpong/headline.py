@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
 from appliance.scenarios.pingpong.report import judging_mode, length_factor, reply_lengths
-from appliance.store import Store
 from appliance.store.run_view import RunView
 
 
-def pingpong_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+def pingpong_headline(run: RunView, panel: str | None) -> Headline:
     """One unit per conversation (instance and player), with the report's rules: a conversation is
     scored by the judges that did not flag it as a refusal, and the LN score scales a rating.
 
     The LN score of a conversation is its final score times its model's length factor in that run,
     as the leaderboard computes it; the factor is held fixed while conversations are resampled.
     """
-    run = RunView(store, run_id, scenario)
     panel_name = panel or run.panel
     episodes = run.episodes()
     means, median_of_means = reply_lengths(episodes, run.messages(speaker="player"))

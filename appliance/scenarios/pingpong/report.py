@@ -31,8 +31,6 @@ from pydantic import BaseModel
 from appliance.errors import ApplianceError
 from appliance.scenarios.pingpong.family import CRITERIA, LIKELIHOOD_TARGETS
 from appliance.stats import bootstrap_interval
-from appliance.store import Store
-from appliance.store.labels import get_calibration
 from appliance.store.run_view import RunView, StoredEpisode, StoredMessage, StoredScore
 
 
@@ -100,18 +98,15 @@ def length_factor(model_mean: float | None, median_of_means: float | None) -> fl
     return min(1.0, max(1.0 - LENGTH_PENALTY, factor))
 
 
-def build_leaderboard(
-    store: Store, run_id: str | None = None, scenario: str = "pingpong", panel: str | None = None
-) -> PingPongLeaderboard:
-    run_id = store.resolve_run_id(run_id)
-    run = RunView(store, run_id, scenario)
+def build_leaderboard(run: RunView, panel: str | None = None) -> PingPongLeaderboard:
     panels = run.scored_panels()
     panel = panel or run.panel
     if panels and panel not in panels:
-        raise ApplianceError(f"--panel: run '{run_id}' has no scores of panel '{panel}' (scored: {', '.join(panels)})")
+        scored = ", ".join(panels)
+        raise ApplianceError(f"--panel: run '{run.run_id}' has no scores of panel '{panel}' (scored: {scored})")
     episodes = run.episodes()
     if not episodes:
-        raise ApplianceError(f"{store.path}: run '{run_id}' has no {scenario} episodes")
+        raise ApplianceError(f"{run.where}: run '{run.run_id}' has no {run.scenario} episodes")
     messages = run.messages()
     scores = run.scores(panels=[panel])
     players = sorted({episode.player for episode in episodes})
@@ -128,27 +123,27 @@ def build_leaderboard(
         if score.calibration_id is not None:
             calibration_ids.setdefault(score.metric, set()).add(score.calibration_id)
     return PingPongLeaderboard(
-        run_id=run_id,
-        scenario=scenario,
+        run_id=run.run_id,
+        scenario=run.scenario,
         panel=panel,
         status=run.status,
         median_of_mean_lengths=median_of_means,
         judging=judging,
         rows=rows,
-        calibration=_describe_calibration(store, sorted(calibration_ids.get("final", ()))),
+        calibration=_describe_calibration(run, sorted(calibration_ids.get("final", ()))),
         criterion_calibrations={
             metric: described
             for metric in CALIBRATED_CRITERIA
-            if (described := _describe_calibration(store, sorted(calibration_ids.get(metric, ())))) is not None
+            if (described := _describe_calibration(run, sorted(calibration_ids.get(metric, ())))) is not None
         },
         panels=panels,
     )
 
 
-def _describe_calibration(store: Store, ids: list[str]) -> dict[str, object] | None:
+def _describe_calibration(run: RunView, ids: list[str]) -> dict[str, object] | None:
     if not ids:
         return None
-    record = get_calibration(store, ids[-1])
+    record = run.calibration(ids[-1])
     return {
         "calibration_id": record.calibration_id if len(ids) == 1 else ", ".join(ids),
         "label_set": record.label_set,

@@ -6,12 +6,12 @@ from collections import defaultdict
 
 from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
 from appliance.scenarios.simulatebench.report import VariantResult, build_consistency_report, field_rcov
-from appliance.store import Store
+from appliance.store.run_view import RunView
 
 
-def simulatebench_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+def simulatebench_headline(run: RunView, panel: str | None) -> Headline:
     """One unit per character and player: its base-profile CA and its RCoV for each perturbed field."""
-    report = build_consistency_report(store, run_id, scenario, panel)
+    report = build_consistency_report(run, panel)
     units = []
     fields: set[str] = set()
     for row in report.rows:

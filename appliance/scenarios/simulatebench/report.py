@@ -19,7 +19,6 @@ from appliance.errors import ApplianceError
 from appliance.scenarios.simulatebench.metrics import QuestionResult, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.profile import PARTS
 from appliance.stats import bootstrap_interval
-from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode
 
 OVERFLOW_MARK = "does not fit the context"
@@ -65,12 +64,11 @@ class ConsistencyReport(BaseModel):
     rows: list[ConsistencyRow]
 
 
-def build_consistency_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ConsistencyReport:
+def build_consistency_report(run: RunView, panel: str | None = None) -> ConsistencyReport:
     """Rule-scored: `panel` is accepted for a uniform report signature and has no effect."""
-    run = RunView(store, run_id, scenario)
     episodes = run.episodes()
     if not episodes:
-        raise ApplianceError(f"{store.path}: run '{run_id}' has no {scenario} episodes")
+        raise ApplianceError(f"{run.where}: run '{run.run_id}' has no {run.scenario} episodes")
     by_episode: dict[str, list[tuple[str, bool, bool, bool]]] = defaultdict(list)
     for verdict in run.verdicts(mode="choice"):
         part, _, kind = verdict.criterion.partition("/")
@@ -84,7 +82,7 @@ def build_consistency_report(store: Store, run_id: str, scenario: str, panel: st
             shortest_prompt[message.episode_id] = min(known, message.prompt_tokens)
     rows = [_row(player, episodes, by_episode, seed, shortest_prompt) for seed, player in enumerate(players)]
     return ConsistencyReport(
-        run_id=run_id, scenario=scenario, status=run.status, answer_test=", ".join(answer_tests), rows=rows
+        run_id=run.run_id, scenario=run.scenario, status=run.status, answer_test=", ".join(answer_tests), rows=rows
     )
 
 

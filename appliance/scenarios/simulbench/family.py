@@ -119,7 +119,8 @@ def load_simulbench(
         return SimulBenchFamily(spec, settings, templates, [*files, path], scripts=loaded.scripts, perfect=PUBLISHED)
     payload = load_instance_set(store, source) if store is not None else None
     if payload is None and store is not None and store.has_run(source):
-        scripts, perfect = scripts_of_run(store, source), perfect_scripts_of_run(store, source)
+        stored_run = RunView(store, source, spec)
+        scripts, perfect = scripts_of_run(stored_run), perfect_scripts_of_run(stored_run)
         return SimulBenchFamily(spec, settings, templates, files, scripts=scripts, perfect=perfect)
     if payload is None:
         raise ApplianceError(
@@ -133,22 +134,22 @@ def load_simulbench(
     raise ApplianceError(f"scenario '{spec}': stored set '{source}' holds no SimulBench tasks or scripts")
 
 
-def scripts_of_run(store: Store, run_id: str) -> list[TestScript]:
-    """The test scripts a stored run extracted: its collected dialogues, evaluated again without collecting.
+def scripts_of_run(run: RunView) -> list[TestScript]:
+    """The test scripts a stored run extracted (`run`: a view of any of its scenarios): its collected
+    dialogues, evaluated again without collecting.
 
     This reuse is SimulBench's point: dialogues are collected once with a fixed simulator, and
     new models are evaluated on the same scripts later.
     """
-    scenarios = store.run(run_id).scenarios
     extracted = [
         episode
-        for scenario in scenarios
+        for scenario in run.run_scenarios
         if family_of(scenario) == "simulbench"
-        for episode in RunView(store, run_id, scenario).episodes(finished_only=True, instance_prefix="extract/")
+        for episode in run.sibling(scenario).episodes(finished_only=True, instance_prefix="extract/")
     ]
     scripts = [TestScript.model_validate(script) for e in extracted for script in e.metadata.get("scripts", [])]
     if not scripts:
-        raise ApplianceError(f"run '{run_id}': no SimulBench test scripts were extracted in it")
+        raise ApplianceError(f"run '{run.run_id}': no SimulBench test scripts were extracted in it")
     return scripts
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
 from appliance.scenarios.simulbench.report import compared_scripts
 from appliance.scenarios.simulbench.scripts import HARD_KINDS
-from appliance.store import Store
 from appliance.store.run_view import RunView
 
 
-def simulbench_headline(store: Store, run_id: str, scenario: str, panel: str | None) -> Headline:
+def simulbench_headline(run: RunView, panel: str | None) -> Headline:
     """One unit per compared script and target. Pairwise win rates compare players within one run, so they
     are not gated here; two runs are compared through the ratings of the same scripts."""
-    run = RunView(store, run_id, scenario)
     compared = compared_scripts(run, panel or run.panel)
     units = []
     for script in compared.common:

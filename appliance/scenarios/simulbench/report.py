@@ -27,7 +27,6 @@ from pydantic import BaseModel
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
 from appliance.scenarios.spec import family_of
 from appliance.stats import cluster_bootstrap_interval
-from appliance.store import Store
 from appliance.store.run_view import RunView, StoredEpisode
 
 #: the rating template's top score: a script every model got this on tells nothing apart
@@ -169,22 +168,22 @@ def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
     return ComparedScripts(players, scripts, dict(ratings), unrated, complete, perfect, decided_by)
 
 
-def perfect_scripts_of_run(store: Store, run_id: str) -> dict[str, object]:
+def perfect_scripts_of_run(run: RunView) -> dict[str, object]:
     """The perfect scripts of the scripts a stored run extracted, decided by that run's players, as the
-    family settings of a later run that evaluates them (see the module docstring)."""
+    family settings of a later run that evaluates them (see the module docstring). `run`: a view of any
+    of that run's scenarios."""
     perfect: set[str] = set()
     deciders: set[str] = set()
-    for scenario in store.run(run_id).scenarios:
+    for scenario in run.run_scenarios:
         if family_of(scenario) == "simulbench":
-            view = RunView(store, run_id, scenario)
+            view = run.sibling(scenario)
             compared = compared_scripts(view, view.panel)
             perfect |= compared.perfect
             deciders.add(compared.perfect_decided_by)
     return {PERFECT_SCRIPTS: sorted(perfect), PERFECT_DECIDED_BY: "; ".join(sorted(deciders))}
 
 
-def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> SimulBenchReport:
-    run = RunView(store, run_id, scenario)
+def build_simulbench_report(run: RunView, panel: str | None = None) -> SimulBenchReport:
     panel_name = panel or run.panel
     compared = compared_scripts(run, panel_name)
     players, scripts, ratings, unrated = compared.players, compared.scripts, compared.ratings, compared.unrated
@@ -197,8 +196,8 @@ def build_simulbench_report(store: Store, run_id: str, scenario: str, panel: str
     ]
     tasks = _task_rows(common, scripts, ratings)
     return SimulBenchReport(
-        run_id=run_id,
-        scenario=scenario,
+        run_id=run.run_id,
+        scenario=run.scenario,
         status=run.status,
         panel=panel_name,
         common_scripts=len(common),
