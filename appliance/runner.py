@@ -23,6 +23,7 @@ from appliance.calibration.apply import pick_calibrations
 from appliance.catalog import Catalog, ModelSpec, sha256_of, sha256_of_tree
 from appliance.client import derive_seed
 from appliance.cluster import ClusterOptions, RayCluster
+from appliance.engine.backend import did_not_fit
 from appliance.engine.factory import open_backend
 from appliance.episodes import EpisodeKey, pair_label, table_label
 from appliance.errors import ApplianceError
@@ -57,6 +58,8 @@ class RunSummary:
     completion_tokens: int
     #: episodes each cluster worker played (empty in one process)
     workers: dict[str, int] = field(default_factory=dict)
+    #: of the failed episodes, those whose prompt did not fit their model's context (a limit of the model)
+    episodes_not_fitting: int = 0
     #: cluster workers that died; their unfinished episodes were played by the others
     lost_workers: list[str] = field(default_factory=list)
     #: the store measured against the run's journal as the run ended: what was restored, or what could not be
@@ -363,6 +366,7 @@ class Runner:
             episodes_skipped=progress.skipped,
             episodes_finished=finished,
             episodes_failed=len(progress.records) - finished,
+            episodes_not_fitting=sum(1 for r in progress.records if r.status != "finished" and did_not_fit(r.error)),
             wall_s=time.perf_counter() - started,
             prompt_tokens=sum(c.prompt_tokens for c in counters),
             cached_prompt_tokens=sum(c.cached_prompt_tokens for c in counters),

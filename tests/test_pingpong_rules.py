@@ -255,6 +255,7 @@ def test_a_conversation_that_outgrows_the_context_ends_and_is_judged_on_the_turn
         assert "Ended early" in shown and "smollm2-135m 1." in shown
         tiny = Runner(catalog, store, backend_factory=factory(100)).execute(config, [family])
         assert tiny.episodes_failed == 1  # not even one turn fits: a failure, not a conversation
+        assert tiny.episodes_not_fitting == 1  # ... which the run summary tells apart from a model's failure
 
 
 @pytest.mark.real_model

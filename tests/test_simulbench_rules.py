@@ -11,6 +11,7 @@ import pytest
 
 from appliance.catalog import load_catalog
 from appliance.client import RoleBinding
+from appliance.engine.backend import overflow_message
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.episodes import EpisodeContext
@@ -403,6 +404,23 @@ def test_report_compares_models_on_one_script_set_without_perfect_scripts(tmp_pa
     # tasks from the hardest: calc (4, 2, 6, 4 -> 4.0), then shell (8, 6 -> 7.0)
     assert [(t.task, t.mean) for t in report.hardest_tasks] == [("calc", 4.0), ("shell", 7.0)]
     assert report.hardest_tasks[0].by_player == {"a": 5.0, "b": 3.0}
+
+
+def test_a_script_longer_than_the_players_context_is_counted_as_not_fitting_not_as_unrated(tmp_path: Path) -> None:
+    """A small model cannot read a long script's history: the report says so apart from real failures."""
+    meta = ("calc", "stateless", "FirstChan")
+    episodes = [_evaluated("fit", f"s{i}", meta, "a", 5.0) for i in (1, 2, 3)]
+    episodes.append(_evaluated("fit", "s1", meta, "b", 3.0))
+    for script, error in (("s2", overflow_message("b", 2300, 2048, None)), ("s3", "the judge's grammar failed")):
+        metadata = {"stage": "evaluate", "script": script, "task": "calc", "kind": "FirstChan"}
+        episodes.append(hand_episode("fit", "simulbench", f"evaluate/{script}", "b", error=error, metadata=metadata))
+    with Store.open(tmp_path / "fit.duckdb") as store:
+        store_hand_run(store, "fit", {"scenarios": ["simulbench"], "panel": {"name": "p", "judges": ["j"]}}, episodes)
+        report = build_simulbench_report(RunView(store, "fit", "simulbench"))
+    rows = {row.player: row for row in report.rows}
+    assert (rows["b"].not_fitting, rows["b"].unrated) == (1, 1)
+    assert (rows["a"].not_fitting, rows["a"].unrated) == (0, 0)
+    assert report.common_scripts == 1 and rows["a"].all.n == rows["b"].all.n == 1
 
 
 def test_hardest_and_simplest_tasks_are_ten_of_each_type_as_the_papers_table(tmp_path: Path) -> None:

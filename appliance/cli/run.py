@@ -280,8 +280,11 @@ def _print_run_summary(reports: list[ScenarioReport], summary: RunSummary, db: P
     if config.quick:
         console.print(quick_suite_note(config, registered_families()))
     cached = summary.cached_prompt_tokens / summary.prompt_tokens if summary.prompt_tokens else 0.0
+    unfit = summary.episodes_not_fitting
     console.print(
-        f"Run {summary.run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed, "
+        f"Run {summary.run_id}: {summary.episodes_finished} episodes finished, {summary.episodes_failed} failed"
+        + (f" ({unfit} of them did not fit their model's context)" if unfit else "")
+        + ", "
         f"{summary.episodes_skipped} already stored; {summary.wall_s:.1f} s; "
         f"{summary.completion_tokens} tokens generated, {cached:.0%} of prompt tokens served from KV cache."
     )

@@ -106,11 +106,20 @@ def cut_at_stop(text: str, stops: Iterable[str]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+#: the words every overflow refusal carries: reports tell an episode whose prompt did not fit from one that failed
+OVERFLOW_MARK = "does not fit the context"
+
+
 def overflow_message(model: str, prompt_tokens: int, context_length: int, reply_tokens: int | None) -> str:
     """Why a request is refused as `context_overflow`: the same words on every backend."""
     reply = "" if reply_tokens is None else f" and {reply_tokens} for the reply"
-    fits = f"does not fit the context of {context_length} tokens of model '{model}'"
+    fits = f"{OVERFLOW_MARK} of {context_length} tokens of model '{model}'"
     return f"prompt of {prompt_tokens} tokens{reply} {fits}"
+
+
+def did_not_fit(error: str | None) -> bool:
+    """Whether an episode's error is a prompt that did not fit its model's context (not a failure of the model)."""
+    return error is not None and OVERFLOW_MARK in error
 
 
 def overflow_refusal(

@@ -15,13 +15,13 @@ from statistics import fmean, median
 
 from pydantic import BaseModel
 
+from appliance.engine.backend import did_not_fit
 from appliance.errors import ApplianceError
 from appliance.scenarios.simulatebench.metrics import QuestionResult, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.profile import PARTS
 from appliance.stats import bootstrap_interval
 from appliance.store.run_view import RunView, StoredEpisode
 
-OVERFLOW_MARK = "does not fit the context"
 #: how a free-text answer was judged right: our option parser, or the authors' containment test (imports)
 OPTION_PARSER = "option parser"
 
@@ -94,7 +94,7 @@ def _row(
     shortest_prompt: dict[str, int],
 ) -> ConsistencyRow:
     own = [e for e in episodes if e.player == player]
-    not_fitting = sum(1 for e in own if not e.finished and OVERFLOW_MARK in (e.error or ""))
+    not_fitting = sum(1 for e in own if not e.finished and did_not_fit(e.error))
     failed = sum(1 for e in own if not e.finished) - not_fitting
     variants, base_results, base_tokens, unparsed = _results(own, by_episode, shortest_prompt)
     fields = sorted({v.field for v in variants} - {"base"})

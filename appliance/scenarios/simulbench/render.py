@@ -21,10 +21,11 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
         title=f"{report.scenario}: 1-10 ratings by panel '{report.panel}', run {report.run_id} ({report.status})",
         title_justify="left",
     )
-    for column in ("target", "all scripts", "hard subset", "unrated", "cut"):
+    for column in ("target", "all scripts", "hard subset", "unrated", "not fitting", "cut"):
         ratings.add_column(column, justify="left" if column == "target" else "right")
     for row in report.rows:
-        ratings.add_row(row.player, _cell(row.all), _cell(row.hard), str(row.unrated), str(row.cut_replies))
+        counts = (row.unrated, row.not_fitting, row.cut_replies)
+        ratings.add_row(row.player, _cell(row.all), _cell(row.hard), *(str(count) for count in counts))
     console.print(ratings)
     console.print(
         f"Compared on {report.common_scripts} scripts rated for every model; {report.perfect_dropped} perfect "
@@ -54,7 +55,8 @@ def print_simulbench_report(console: Console, report: SimulBenchReport) -> None:
             f"the token cap. Scripts: {scripts}."
         )
     console.print(
-        "Hard subset = FirstChan + SubseqChan scripts. cut = replies stopped by the token cap. "
+        "Hard subset = FirstChan + SubseqChan scripts. not fitting = scripts longer than the model's context "
+        "(not evaluated, never truncated). cut = replies stopped by the token cap. "
         "Intervals: bootstrap over tasks (a task's scripts are drawn together)."
     )
 

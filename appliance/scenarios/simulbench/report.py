@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from appliance.engine.backend import did_not_fit
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
 from appliance.scenarios.spec import family_of
 from appliance.stats import cluster_bootstrap_interval
@@ -55,6 +56,8 @@ class TargetRow(BaseModel):
     by_turn: dict[str, Cell]
     #: scripts without a rating: the episode failed or no judge's verdict parsed
     unrated: int
+    #: scripts whose dialogue history did not fit the player's context (not evaluated, not failures)
+    not_fitting: int
     #: replies cut by the token cap (finish reason "length")
     cut_replies: int
 
@@ -134,6 +137,8 @@ class ComparedScripts:
     ratings: dict[str, dict[str, float]]
     #: player -> evaluations that failed or got no rating
     unrated: Counter[str]
+    #: player -> evaluations whose script did not fit its context
+    not_fitting: Counter[str]
     complete: set[str]
     perfect: set[str]
     perfect_decided_by: str
@@ -149,10 +154,13 @@ def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
     ratings: dict[str, dict[str, float]] = defaultdict(dict)
     scripts: dict[str, dict[str, Any]] = {}
     unrated: Counter[str] = Counter()
+    not_fitting: Counter[str] = Counter()
     for episode, value in evaluated:
         script = str(episode.metadata.get("script", episode.instance_id))
         scripts[script] = episode.metadata
-        if not episode.finished or value is None:
+        if not episode.finished and did_not_fit(episode.error):
+            not_fitting[episode.player] += 1
+        elif not episode.finished or value is None:
             unrated[episode.player] += 1
         else:
             ratings[script][episode.player] = value
@@ -165,7 +173,7 @@ def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
     else:
         perfect = {s for s in complete if all(v == PERFECT for v in ratings[s].values())}
         decided_by = f"the {len(players)} players of run {run.run_id}"
-    return ComparedScripts(players, scripts, dict(ratings), unrated, complete, perfect, decided_by)
+    return ComparedScripts(players, scripts, dict(ratings), unrated, not_fitting, complete, perfect, decided_by)
 
 
 def perfect_scripts_of_run(run: RunView) -> dict[str, object]:
@@ -186,12 +194,16 @@ def perfect_scripts_of_run(run: RunView) -> dict[str, object]:
 def build_simulbench_report(run: RunView, panel: str | None = None) -> SimulBenchReport:
     panel_name = panel or run.panel
     compared = compared_scripts(run, panel_name)
-    players, scripts, ratings, unrated = compared.players, compared.scripts, compared.ratings, compared.unrated
+    players, scripts, ratings = compared.players, compared.scripts, compared.ratings
     complete, perfect, common = compared.complete, compared.perfect, compared.common
     messages = run.messages(speaker="player", instance_prefix="evaluate/")
     cut = Counter(m.player for m in messages if m.finish_reason == "length")
     rows = [
-        _target_row(player, [(scripts[s], ratings[s][player]) for s in common], unrated[player], cut[player])
+        _target_row(
+            player,
+            [(scripts[s], ratings[s][player]) for s in common],
+            (compared.unrated[player], compared.not_fitting[player], cut[player]),
+        )
         for player in players
     ]
     tasks = _task_rows(common, scripts, ratings)
@@ -220,7 +232,10 @@ def _cell(results: list[tuple[dict[str, Any], float]], seed: int = 0) -> Cell:
     )
 
 
-def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrated: int, cut: int) -> TargetRow:
+def _target_row(player: str, results: list[tuple[dict[str, Any], float]], counts: tuple[int, int, int]) -> TargetRow:
+    """`counts`: the player's unrated scripts, scripts that did not fit, and replies cut by the token cap."""
+    unrated, not_fitting, cut = counts
+
     def grouped(key: str, chosen: list[tuple[dict[str, Any], float]], order: tuple[str, ...] = ()) -> dict[str, Cell]:
         groups: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
         for metadata, value in chosen:
@@ -237,6 +252,7 @@ def _target_row(player: str, results: list[tuple[dict[str, Any], float]], unrate
         by_kind=grouped("kind", results, SCRIPT_KINDS),
         by_turn=grouped("turn", results, tuple(str(t) for t in range(1, 20))),
         unrated=unrated,
+        not_fitting=not_fitting,
         cut_replies=cut,
     )
 
