@@ -30,6 +30,10 @@ def describe_validation_error(source: str | Path, error: ValidationError) -> str
     location = ".".join(str(part) for part in first["loc"]) or "(top level)"
     message = first["msg"]
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    # a check over the whole entry that names its field itself ("field 'x' applies to ...")
+    named = message.removeprefix("Value error, ")
+    if not first["loc"] and named.startswith("field '"):
+        return f"{source}: {named}{extra}"
     return f"{source}: field '{location}': {message}{extra}"
 
 

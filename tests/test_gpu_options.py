@@ -67,6 +67,7 @@ def test_each_backend_reads_its_own_gpu_options(tmp_path: Path) -> None:
 def test_a_bad_gpu_option_is_one_line_naming_the_field(tmp_path: Path, body: str, fragments: tuple[str, ...]) -> None:
     result = cli("models", "list", "--models", str(catalog_of(tmp_path, body)))
     assert_clean_error(result, "models.toml", *fragments)
+    assert "top level" not in result.stderr and "Value error" not in result.stderr  # the field, in plain words
 
 
 @pytest.mark.real_model
