@@ -120,7 +120,7 @@ class ModelSpec(BaseModel):
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(f"field '{where}': {first['msg']}") from None
+            raise ValueError(f"field '{where}': {first['msg'].removeprefix('Value error, ')}") from None
         return {key: value for key, value in data.items() if key not in model.model_fields} | {"options": checked}
 
     def options_as(self, kind: type[OptionsT]) -> OptionsT:

@@ -28,12 +28,10 @@ def describe_validation_error(source: str | Path, error: ValidationError) -> str
     """Turn a pydantic error into one line naming the file, the field and the problem."""
     first = error.errors()[0]
     location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"]
+    message = first["msg"].removeprefix("Value error, ")  # pydantic's words for a check of ours
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    # a check over the whole entry that names its field itself ("field 'x' applies to ...")
-    named = message.removeprefix("Value error, ")
-    if not first["loc"] and named.startswith("field '"):
-        return f"{source}: {named}{extra}"
+    if not first["loc"] and message.startswith("field '"):  # a check over the whole entry that names its field
+        return f"{source}: {message}{extra}"
     return f"{source}: field '{location}': {message}{extra}"
 
 
