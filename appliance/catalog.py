@@ -110,6 +110,8 @@ class ModelSpec(BaseModel):
         options = data.get("options", {})
         if isinstance(options, BackendOptions):
             options = options.model_dump(exclude_unset=True)
+        if not isinstance(options, dict):
+            raise ValueError("field 'options': expected a table of the backend's options")
         given = {**options, **{key: value for key, value in data.items() if key in model.model_fields}}
         readers = option_readers()
         for key in sorted(set(data) - set(cls.model_fields) - set(model.model_fields)):
