@@ -127,12 +127,15 @@ calibrations: install
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)
 
-# The large panel's shipped calibration (the 1.5B beside the embedded judges; docs/judging.md): FED turn
-# level Overall with its curve, about 2 hours on 2 cores (3.5 items a minute), minutes on a GPU.
+# The large panel's shipped calibrations (the 1.5B beside the embedded judges; docs/judging.md): FED turn
+# level Overall and USR Overall with their curves, about 2 hours each on 2 cores (3.5 FED items a
+# minute), minutes on a GPU.
 calibrations-large: models
 	mkdir -p out
 	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db out/large.duckdb
 	$(BIN)/appliance calibrate --panel large --labels fed-turn --criterion Overall --curve --ship --db out/large.duckdb
+	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db out/large.duckdb
+	$(BIN)/appliance calibrate --panel large --labels usr-personachat --criterion Overall --curve --ship --db out/large.duckdb
 
 # Retrain the committed LoRA fine-tune (adapters/smollm2-taboo/checkpoint-{5,10,20}) on the CPU: seeded,
 # about 3.5 minutes on 2 cores; the weights come out byte-identical on the same machine and versions.
