@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from appliance.backends import BackendOptions, backend_names, backend_options, option_readers
-from appliance.errors import ApplianceError, describe_validation_error
+from appliance.errors import ApplianceError, describe_validation_error, first_field_error
 from appliance.model_parts import join_parts, joined_target, part_files
 from appliance.paths import staging_path
 from appliance.sampling import Sampling
@@ -120,9 +120,7 @@ class ModelSpec(BaseModel):
         try:
             checked = model.model_validate(given)
         except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(f"field '{where}': {first['msg'].removeprefix('Value error, ')}") from None
+            raise ValueError(first_field_error(error)) from None
         return {key: value for key, value in data.items() if key not in model.model_fields} | {"options": checked}
 
     def options_as(self, kind: type[OptionsT]) -> OptionsT:

@@ -24,6 +24,13 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def first_field_error(error: ValidationError) -> str:
+    """The first problem of a nested model's validation, as "field 'a.b': what is wrong"."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+
+
 def describe_validation_error(source: str | Path, error: ValidationError) -> str:
     """Turn a pydantic error into one line naming the file, the field and the problem."""
     first = error.errors()[0]
