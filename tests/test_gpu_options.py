@@ -79,3 +79,14 @@ def test_gpu_layers_on_a_build_without_gpu_offload_is_a_clear_error(tmp_path: Pa
     assert_clean_error(result, "gpu_layers", "CMAKE_ARGS=-DGGML_CUDA=on")
     cpu = cli("models", "check", "m", "--models", str(catalog_of(tmp_path, f'path = "{smollm2_path}"\ngpu_layers = 0')))
     assert cpu.returncode == 0, cpu.stderr  # 0 layers on the GPU is a CPU run, allowed everywhere
+
+
+def test_a_gpu_device_torch_cannot_reach_is_a_clear_error(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a CUDA GPU: the refusal cannot be shown here")
+    body = 'backend = "transformers"\nsynthetic = "llama-135m"\ndevice = "cuda"'
+    result = cli("models", "check", "m", "--models", str(catalog_of(tmp_path, body)), "--tokens", "2")
+    assert_clean_error(result, "'m'", "device", "cuda is not available")
+    on_cpu = catalog_of(tmp_path, body.replace("cuda", "cpu"))
+    cpu = cli("models", "check", "m", "--models", str(on_cpu), "--tokens", "2")
+    assert cpu.returncode == 0, cpu.stderr  # the same synthetic model on the CPU opens and decodes

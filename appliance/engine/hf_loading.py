@@ -53,6 +53,27 @@ def model_placement(torch: Any, device: str | None, dtype: str | None, attention
     return placement
 
 
+def weights_device(torch: Any, name: str, device: str | None) -> str:
+    """Where the weights go unless accelerate places them ("auto" on a real model): the named device,
+    else the first GPU, else the CPU. A named GPU this torch cannot reach is a one-line error, not
+    torch's traceback from deep inside the first copy."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        if not torch.cuda.is_available():
+            raise ApplianceError(
+                f"model '{name}': field 'device': {device} is not available (this torch sees no CUDA GPU)"
+            )
+        if index >= torch.cuda.device_count():
+            raise ApplianceError(
+                f"model '{name}': field 'device': {device} is not available ({torch.cuda.device_count()} GPU(s) here)"
+            )
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise ApplianceError(f"model '{name}': field 'device': mps is not available here")
+    return device
+
+
 def load_pretrained(transformers: Any, name: str, path: Path, placement: dict[str, Any]) -> tuple[Any, Any]:
     """Tokenizer and model from a Hugging Face folder, or from a GGUF file through the float32 folder
     made once from it (`placement`'s dtype applies when that folder is loaded)."""

@@ -33,6 +33,7 @@ from appliance.engine.hf_loading import (
     load_pretrained,
     model_placement,
     peft_adapter_folder,
+    weights_device,
     with_peft_adapters,
 )
 from appliance.engine.scoring import ScoringError, plan_for_request, refused_scoring, scored_completion
@@ -77,9 +78,7 @@ class TransformersBackend(BackendBase):
         if threads:
             torch.set_num_threads(threads)
         placement = model_placement(torch, device, dtype, attn_implementation)
-        # where the weights go unless accelerate places them ("auto" on a real model): the named device,
-        # else the first GPU, else the CPU
-        self.device = device if device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = weights_device(torch, name, device)
         if synthetic is not None:
             dtype_of_weights = torch.float32 if placement["dtype"] == "auto" else placement["dtype"]
             self.tokenizer: Any = ByteTokens()
