@@ -60,7 +60,7 @@ def weights_device(torch: Any, name: str, device: str | None) -> str:
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
+        index = torch.device(device).index or 0
         if not torch.cuda.is_available():
             raise ApplianceError(
                 f"model '{name}': field 'device': {device} is not available (this torch sees no CUDA GPU)"
