@@ -24,22 +24,26 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _first_problem(error: ValidationError) -> tuple[str, str]:
+    """The dotted field and the message of a validation's first problem ('' for the whole model)."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"])
+    return location, first["msg"].removeprefix("Value error, ")  # pydantic's words for a check of ours
+
+
 def first_field_error(error: ValidationError) -> str:
     """The first problem of a nested model's validation, as "field 'a.b': what is wrong"."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"field '{where}': {first['msg'].removeprefix('Value error, ')}"
+    location, message = _first_problem(error)
+    return f"field '{location}': {message}"
 
 
 def describe_validation_error(source: str | Path, error: ValidationError) -> str:
     """Turn a pydantic error into one line naming the file, the field and the problem."""
-    first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    message = first["msg"].removeprefix("Value error, ")  # pydantic's words for a check of ours
+    location, message = _first_problem(error)
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    if not first["loc"] and message.startswith("field '"):  # a check over the whole entry that names its field
+    if not location and message.startswith("field '"):  # a check over the whole entry that names its field
         return f"{source}: {message}{extra}"
-    return f"{source}: field '{location}': {message}{extra}"
+    return f"{source}: field '{location or '(top level)'}': {message}{extra}"
 
 
 @contextmanager

@@ -59,18 +59,15 @@ def weights_device(torch: Any, name: str, device: str | None) -> str:
     torch's traceback from deep inside the first copy."""
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    missing = None
     if device.startswith("cuda"):
-        index = torch.device(device).index or 0
-        if not torch.cuda.is_available():
-            raise ApplianceError(
-                f"model '{name}': field 'device': {device} is not available (this torch sees no CUDA GPU)"
-            )
-        if index >= torch.cuda.device_count():
-            raise ApplianceError(
-                f"model '{name}': field 'device': {device} is not available ({torch.cuda.device_count()} GPU(s) here)"
-            )
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (torch.device(device).index or 0) >= gpus:
+            missing = f"torch sees {gpus} CUDA GPU(s) here"
     elif device == "mps" and not torch.backends.mps.is_available():
-        raise ApplianceError(f"model '{name}': field 'device': mps is not available here")
+        missing = "torch sees no mps device here"
+    if missing:
+        raise ApplianceError(f"model '{name}': field 'device': {device} is not available ({missing})")
     return device
 
 
