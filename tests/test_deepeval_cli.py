@@ -77,7 +77,10 @@ def test_every_task_plays_one_episode_on_the_embedded_model(tmp_path: Path) -> N
     assert all(0 <= amount <= 10 for r in goods["task_rounds"] for amount in r["amounts"])
     tests = metadata["code_review"]["tests"]
     assert tests["total"] >= 3 and 0 <= tests["passed"] <= tests["total"] and tests["status"]
-    assert tests["isolation"]["kernel"].startswith("bubblewrap") and tests["isolation"]["seccomp"] == "filter installed"
+    assert (
+        tests["isolation"]["kernel"].startswith("bubblewrap")
+        and tests["isolation"]["claimed seccomp"] == "filter installed"
+    )
     assert {"Player 1", "Player 2", "Programmer", "Reviewer", "Translator", "Proofreader"} <= speakers
 
     report = cli("report", run_id, "--db", db, "--json")

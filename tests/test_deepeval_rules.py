@@ -359,7 +359,7 @@ def test_code_review_needs_kernel_isolation_or_the_users_explicit_consent(
     tests = json.loads(metadata)["tests"]
     assert tests["status"] == "passed" and tests["passed"] == tests["total"]  # smollm2 writes the reference
     assert tests["isolation"]["kernel"].startswith("none: --unsafe-code-execution")
-    assert tests["isolation"]["seccomp"] == "filter installed"
+    assert tests["isolation"]["claimed seccomp"] == "filter installed"
     assert report.unsafe_code_execution
     console = Console(record=True, width=200)
     print_deepeval_report(console, report)

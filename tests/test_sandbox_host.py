@@ -66,6 +66,18 @@ def scores_honestly(result: TestRun) -> None:
     assert (result.status, result.passed) == ("passed", 2), result.detail
 
 
+def isolation_is_the_parents(result: TestRun) -> None:
+    """What the parent set up stands as it set it; the harness's claim stands apart, and unforged."""
+    assert "FORGED" not in json.dumps(result.isolation), result.isolation
+    assert result.isolation["kernel"].startswith("bubblewrap") and result.isolation["requested"].startswith("seccomp")
+    assert result.isolation["claimed no_new_privs"] == "set" and result.isolation["claimed capabilities"] == "none"
+
+
+def scores_honestly_with_the_parents_record(result: TestRun) -> None:
+    scores_honestly(result)
+    isolation_is_the_parents(result)
+
+
 def _case(code: str, layers: str, expected: str) -> HostCase:
     return HostCase(code, layers, returns_the_contained_value, (TestCase(call="add(1, 2)", expect=expected),))
 
@@ -221,6 +233,51 @@ def add(a, b):
         KERNEL,
         scores_nothing_and_is_judged,
     ),
+    "a forged isolation record": HostCase(
+        """
+import json, os
+def add(a, b):
+    forged = json.dumps({'isolation': {'kernel': 'FORGED: a hardware VM', 'seccomp': 'FORGED'}}) + '\\n'
+    for f in os.listdir('/proc/self/fd'):
+        if os.path.realpath(f'/proc/self/fd/{f}').endswith('/results'):
+            os.pwrite(int(f), forged.encode(), 0)
+    return a + b
+""",
+        NAMESPACES,
+        scores_honestly_with_the_parents_record,
+    ),
+    "pseudo-terminals (a host's shared pty budget)": _case(
+        """
+import os
+def add(a, b):
+    opened = []
+    for _ in range(3071):
+        try:
+            opened.append(os.open('/dev/ptmx', os.O_RDONLY))
+        except OSError:
+            break
+    try:
+        os.openpty()
+        pty = 'opened'
+    except OSError:
+        pty = 'refused'
+    return (len(opened), pty, os.path.exists('/dev/pts'))
+""",
+        NAMESPACES,
+        "(0, 'refused', False)",
+    ),
+    "device nodes a correct program uses": _case(
+        """
+import os
+def add(a, b):
+    with open(os.devnull, 'w') as sink:
+        written = sink.write('discarded')
+    with open('/dev/urandom', 'rb') as noise, open('/dev/zero', 'rb') as zeros:
+        return (written, len(noise.read(16)), zeros.read(4))
+""",
+        NAMESPACES,
+        "(9, 16, b'\\x00\\x00\\x00\\x00')",
+    ),
     "the results file made unreadable": HostCase(
         """
 import os
@@ -343,3 +400,45 @@ def test_the_host_is_as_it_was(host_runs: dict[str, Any]) -> None:
 def test_nothing_of_a_run_is_left(host_runs: dict[str, Any], who: str) -> None:
     """No run cgroup, and no process in one, once the runs returned (the forked survivor among them)."""
     assert host_runs["left"][who] == []
+
+
+def test_a_subreaper_appliance_keeps_no_zombie_of_a_timed_out_run() -> None:
+    """As a container's pid 1 (a subreaper), the appliance inherits the sandbox's pid 1 when it kills
+    bubblewrap at the time limit; it must reap it, as root and as an ordinary user."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: to run the appliance as root, and to make an ordinary user")
+    layout = find_layout()
+    assert isinstance(layout, Layout), layout
+    request = {
+        "limits": LIMITS.model_dump(),
+        "subreaper": True,
+        "runs": [
+            {"code": code, "layers": layers, "cases": [c.model_dump(exclude_none=True) for c in ADD]}
+            for code in (
+                "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                "def add(a, b):\n    time.sleep(60)\n",
+                "def add(a, b):\n    return a + b\n",
+            )
+            for layers in (NAMESPACES, "all-layers")
+        ],
+    }
+    probe = [sys.executable, "-m", "tests.sandbox_probe"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
+    as_root = subprocess.run(probe, input=json.dumps(request), capture_output=True, text=True, cwd=REPO, timeout=300)
+    delegated = f"appliance-reaper-user-{os.getpid()}"
+    folders = [parent / delegated for parent in layout.parents]
+    for folder in folders:
+        folder.mkdir()
+        for path in [folder, *(folder / f for f in ("cgroup.procs", "tasks", "cgroup.subtree_control"))]:
+            if path.exists():
+                os.chown(path, ORDINARY_UID, ORDINARY_UID)
+    try:
+        as_user = as_ordinary_user(ORDINARY_UID, probe, env | {CGROUP_VARIABLE: delegated}, json.dumps(request))
+    finally:
+        for folder in folders:
+            subprocess.run(["rmdir", *(str(p) for p in folder.iterdir() if p.is_dir()), str(folder)], check=False)
+    for who, done in (("root", as_root), ("ordinary user", as_user)):
+        assert done.returncode == 0, f"{who}: {done.stderr[-3000:]}"
+        results = json.loads(done.stdout)
+        assert [r["status"] for r in results] == ["timeout", "timeout", "passed", "passed"], (who, results)
+        assert [r["zombies"] for r in results] == [[]] * 4, (who, results)

@@ -8,6 +8,7 @@ real runs on SmolLM2.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import subprocess
@@ -246,3 +247,22 @@ def test_the_store_lock_spans_duckdb_open_to_close(tmp_path: Path, monkeypatch: 
         with Store.open(db) as second:  # the same process shares its hold, as DuckDB shares its instance
             assert second.schema_version() == writer.schema_version()
     assert "no runs stored yet" in cli("report", "--db", str(db)).stderr  # let go on close: the reader gets in
+
+
+def test_a_live_run_before_its_first_stored_episode_reports_its_running_line(tmp_path: Path) -> None:
+    """Killed inside its first episode's transaction, the run is stored as running with no episode: the
+    report is the running line and the families still waiting, exit 0 (once it was exit 2, "no episodes")."""
+    db = tmp_path / "live.duckdb"
+    killed = subprocess.run(
+        [sys.executable, str(HELPER), str(db), "pingpong", "--kill-in-write", "1"], capture_output=True, timeout=300
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run_id, status), *_ = _stored_runs(db)
+    assert status == "running"
+    for as_json in ([], ["--json"]):
+        result = cli("report", run_id, "--db", str(db), *as_json)
+        assert result.returncode == 0, result.stderr
+        said = result.stderr if as_json else result.stdout
+        assert f"run {run_id} running: 0 of " in said and "no episodes stored yet of: pingpong" in said, said
+        if as_json:
+            assert json.loads(result.stdout) == []

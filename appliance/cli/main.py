@@ -27,8 +27,9 @@ from appliance.cli.run import run  # noqa: E402
 from appliance.cli.scenarios import scenarios_app  # noqa: E402
 from appliance.cli.store import merge, store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
-from appliance.errors import ApplianceError, first_line  # noqa: E402
+from appliance.errors import ApplianceError  # noqa: E402
 from appliance.interrupts import INTERRUPTED_EXIT  # noqa: E402
+from appliance.store.damage import damage_line  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")
 import_app = typer.Typer(no_args_is_help=True, help="Import other systems' formats.")
@@ -61,14 +62,9 @@ def main() -> None:
         sys.exit(130)
     except Exception as error:
         _usage_error(error)  # a command line click refused: one line and its exit code (2)
-        if type(error).__module__.startswith("duckdb"):  # a block failed its checksum mid-command
-            error_console.print(
-                f"error: the store could not be read ({first_line(error)}); check it with 'appliance store check' "
-                "and rebuild it from its journal with 'appliance store repair' (both take --db)",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+        damaged = damage_line(error)  # a block failed its checksum mid-command, in whatever query read it
+        if damaged is not None:
+            error_console.print(f"error: {damaged}", markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)
         raise
 

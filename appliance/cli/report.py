@@ -39,7 +39,16 @@ def report(
                 markup=False,
                 highlight=False,
             )
-        reports = [build_scenario_report(store, resolved, name, panel) for name in record.scenarios]
+        scenarios = record.scenarios
+        if record.status == "running":  # a live run reports the families it has stored episodes of so far
+            stored = store.scenarios_stored(resolved)
+            scenarios = [name for name in record.scenarios if name in stored]
+            waiting = [name for name in record.scenarios if name not in stored]
+            if waiting:
+                (error_console if as_json else console).print(
+                    f"no episodes stored yet of: {', '.join(waiting)}", markup=False, highlight=False
+                )
+        reports = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
         if as_json:
             print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
             return

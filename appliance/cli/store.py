@@ -36,14 +36,20 @@ store_app = typer.Typer(
 
 
 @store_app.command("check")
-def store_check(db: DbOption = None, as_json: JsonOption = False) -> None:
+def store_check(
+    db: DbOption = None,
+    runs_only: Annotated[
+        list[str] | None, typer.Option("--run", help="check only this run (repeatable; default: everything)")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
     """Compare every journaled run, instance set and calibration with the store, row by row.
     Exit 0 when they agree, 1 when they differ (repair rebuilds the store), 2 when it will not open.
     Run it while no run writes to the store: a live run's journal is one write ahead."""
     from appliance.store.repair import check_store
 
     path = db or default_db_path()
-    report = check_store(path)
+    report = check_store(path, runs_only or None)
     if as_json:
         runs = [asdict(run) | {"ok": run.ok, "summary": run.describe()} for run in report.runs]
         print(json.dumps(asdict(report) | {"ok": report.ok, "runs": runs}))

@@ -1,7 +1,9 @@
 """The child side of the sandbox: it only computes (never imported by the appliance; run with -c).
 
 It reads its payload from stdin (the candidate's code, the test calls, the limits and a seccomp
-program), then, before any untrusted code runs: sets no_new_privs, installs the seccomp filter
+program), then, before any untrusted code runs: remounts the device nodes read-only and drops every
+capability (under bubblewrap it starts with CAP_SYS_ADMIN in its own user namespace for that
+alone), writes what it set up to a pipe it then closes, sets no_new_privs, installs the seccomp filter
 (no new processes, no exec, no sockets, no signals to other processes, no namespace or mount
 calls), limits its resources and installs the audit hook (a second layer that the first can do
 without). It then evaluates each call and writes what came back as plain data (JSON values with
@@ -77,10 +79,52 @@ BLOCKED_EVENTS = frozenset(
     )
 )
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+#: device nodes a correct program may write to (what is written there goes nowhere)
+WRITABLE_DEVICES = frozenset(("/dev/null", "/dev/zero", "/dev/full"))
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CLONE_NEWNS = 0x00020000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
+
+
+def seal_devices(nodes: list[str]) -> dict[str, str]:
+    """Remount each device node read-only, keeping it usable (no nodev), then drop every capability;
+    fails closed: the candidate's code never runs with a capability or a writable node."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # bubblewrap's --disable-userns puts this process in a nested user namespace, which does not own
+    # the sandbox's mount namespace: a mount namespace of its own (a copy, its mounts locked) does
+    if nodes and libc.unshare(CLONE_NEWNS) != 0:
+        raise SystemExit(f"sandbox: a mount namespace for the device nodes failed: {os.strerror(ctypes.get_errno())}")
+    for node in nodes:
+        kept = os.statvfs(node).f_flag
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        flags |= (MS_NOSUID if kept & os.ST_NOSUID else 0) | (MS_NOEXEC if kept & os.ST_NOEXEC else 0)
+        if libc.mount(None, node.encode(), None, flags, None) != 0:
+            raise SystemExit(f"sandbox: remounting {node} read-only failed: {os.strerror(ctypes.get_errno())}")
+
+    class Header(ctypes.Structure):
+        _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+    class Data(ctypes.Structure):
+        _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header, data = Header(_LINUX_CAPABILITY_VERSION_3, 0), (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise SystemExit(f"sandbox: dropping capabilities failed: {os.strerror(ctypes.get_errno())}")
+    with open("/proc/self/status", encoding="ascii") as proc_status:
+        status = dict(line.split(":", 1) for line in proc_status.read().splitlines() if ":" in line)
+    held = {key: status[key].strip() for key in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
+    if any(int(value, 16) for value in held.values()):
+        raise SystemExit(f"sandbox: capabilities still held: {held}")
+    return {"devices": f"{len(nodes)} nodes read-only" if nodes else "the host's", "capabilities": "none"}
 
 
 def isolate(seccomp_program: bytes | None) -> dict[str, str]:
@@ -129,7 +173,8 @@ def install_guard(root: str) -> None:
             name = os.fsdecode(args[0])
             path = os.path.realpath(name)
             # relative paths are refused: the event does not say which folder a dir_fd names
-            if writing and (not os.path.isabs(name) or not path.startswith(root + os.sep)):
+            outside = not path.startswith(root + os.sep) and path not in WRITABLE_DEVICES
+            if writing and (not os.path.isabs(name) or outside):
                 raise PermissionError(f"sandbox: writing {path} is not allowed")
 
     sys.addaudithook(guard)
@@ -201,14 +246,16 @@ def run(payload: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     payload = json.loads(sys.stdin.read())
     sys.stdin.close()
+    isolation = seal_devices(payload["devices"])
     results = os.fdopen(int(payload["results_fd"]), "w", encoding="utf-8")
-    isolation = isolate(None if payload["seccomp"] is None else bytes.fromhex(payload["seccomp"]))
+    isolation |= isolate(None if payload["seccomp"] is None else bytes.fromhex(payload["seccomp"]))
     limit_resources(payload["limits"])
     if payload["audit_hook"]:
         install_guard(os.path.realpath(payload["root"]))
     isolation["audit_hook"] = "on" if payload["audit_hook"] else "off"
-    results.write(json.dumps({"isolation": isolation}) + "\n")
-    results.flush()
+    # the claim goes through a pipe closed before the candidate's code runs: nothing it does can rewrite it
+    os.write(int(payload["claims_fd"]), json.dumps(isolation).encode())
+    os.close(int(payload["claims_fd"]))
     report = run(payload)
     results.write(json.dumps(report) + "\n")
     results.flush()

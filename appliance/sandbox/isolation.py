@@ -5,10 +5,18 @@ or, under root, `$APPLIANCE_SANDBOX_UID` (default 1999999999, a uid no account h
 core_pattern, device nodes and other users' processes are out of reach by the kernel's own
 checks. It gets new user, PID, network, IPC, UTS and cgroup namespaces (no further user
 namespaces inside), no capabilities, its own session, and a mount namespace holding only the
-runtime (read-only), a fresh /proc and /dev, and a small tmpfs as its work folder; the rest of
-the tree, /dev included, is read-only. The child is the namespace's pid 1 (`--as-pid-1`): there is
-no bubblewrap reaper inside running without the child's seccomp filter. Its memory and tasks are
-bound by a cgroup (cgroups.py). Where any of this cannot be had, `kernel_isolation_problem` says
+runtime (read-only), a fresh /proc, a /dev of its own and a small tmpfs as its work folder; the
+rest of the tree, /dev included, is read-only. The child is the namespace's pid 1 (`--as-pid-1`):
+there is no bubblewrap reaper inside running without the child's seccomp filter. Its memory and
+tasks are bound by a cgroup (cgroups.py).
+
+/dev holds the host's null, zero, full, random, urandom and tty nodes and no devpts, so the child
+has no pseudo-terminal: the pty budget a host's devpts instances share is out of its reach.
+bubblewrap cannot bind a node read-only and usable at once (its read-only remount adds nodev), so
+the nodes are bound usable and the harness, holding CAP_SYS_ADMIN inside its user namespace alone
+for that, remounts them read-only without nodev and drops every capability before anything else
+(harness.py). A read-only mount refuses a change of the node's times, which write permission on
+a host node would otherwise allow. Where any of this cannot be had, `kernel_isolation_problem` says
 why, and code is not run unless the user asked for unsafe execution explicitly.
 """
 
@@ -33,9 +41,14 @@ DEFAULT_SANDBOX_UID = 1_999_999_999
 WORK_FOLDER = "/work"
 #: the fix `kernel_isolation_problem`'s messages end with
 HOW_TO_FIX = "install bubblewrap (apt-get install bubblewrap) on a kernel that allows user namespaces"
-#: the host's device nodes bubblewrap binds into /dev: read-only mounts, so that the child can use
-#: them but change nothing of them (mode, owner, times, attributes) on the host
-_DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: the host's device nodes bound into the child's /dev: usable, and remounted read-only by the harness
+#: (`DEVICE_NODES` in its payload) so that nothing of them (mode, owner, times, attributes) changes
+DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: the links a program expects beside them (what bubblewrap's --dev would make, without its devpts)
+_DEVICE_LINKS = (
+    ("/proc/self/fd", "/dev/fd"),
+    *((f"/proc/self/fd/{n}", f"/dev/{s}") for n, s in enumerate(("stdin", "stdout", "stderr"))),
+)
 _LIBRARY_FOLDERS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/lib32")
 
 
@@ -122,6 +135,8 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str], info_fd: int | Non
         # fresh namespaces, no new ones inside, nobody's ids, no capabilities, gone with its parent
         *("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"),
         *("--unshare-cgroup-try", "--disable-userns", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"),
+        # inside its namespace only, until the harness has sealed the device nodes and dropped it
+        *("--cap-add", "CAP_SYS_ADMIN"),
         *("--die-with-parent", "--new-session", "--as-pid-1"),
         # an environment of three variables
         *("--clearenv", "--setenv", "HOME", WORK_FOLDER, "--setenv", "TMPDIR", WORK_FOLDER),
@@ -129,13 +144,13 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str], info_fd: int | Non
         *_runtime_mounts(),
         "--proc",
         "/proc",
-        "--dev",
-        "/dev",
+        *("--size", "65536", "--tmpfs", "/dev"),
+        *[argument for node in DEVICE_NODES if os.path.exists(node) for argument in ("--dev-bind", node, node)],
+        *[argument for target, link in _DEVICE_LINKS for argument in ("--symlink", target, link)],
         "--size",
         str(disk_mb * 1024 * 1024),
         "--tmpfs",
         WORK_FOLDER,
-        *[argument for node in _DEVICE_NODES for argument in ("--remount-ro", node)],
         "--remount-ro",
         "/dev",
         "--remount-ro",
@@ -183,5 +198,6 @@ def bwrap_version(bwrap: str) -> str:
 def describe_kernel_isolation(bwrap: str, disk_mb: int) -> str:
     return (
         f"{bwrap_version(bwrap)} as host uid {sandbox_uid()}: user, pid, net, ipc, uts namespaces, "
-        f"no capabilities, the child as pid 1; read-only runtime and root, private {WORK_FOLDER} ({disk_mb} MB)"
+        f"no capabilities, the child as pid 1; read-only runtime and root, private {WORK_FOLDER} ({disk_mb} MB), "
+        "read-only device nodes, no devpts"
     )

@@ -3,10 +3,15 @@
 The child (harness.py, run as `python -I -S -c`) starts under bubblewrap (isolation.py) in a
 cgroup of its own (cgroups.py) unless the run asked for unsafe execution; its stdout and stderr go
 to files the parent opened, its results to a third file, each capped by RLIMIT_FSIZE. The parent
-kills it at the wall-clock limit, ends every process of its cgroup, reads the results through the
-descriptor it kept, decodes them and compares them with the expected values, which never left the
-parent (cases.py). A child that stops, floods or crashes before its results are written scores 0;
-nothing the child writes can make the parent fail.
+kills it at the wall-clock limit, ends every process of its cgroup, reaps the sandbox's pid 1
+where it became the parent's child (an appliance that is a subreaper, or a container's pid 1),
+reads the results through the descriptor it kept, decodes them and compares them with the
+expected values, which never left the parent (cases.py). A child that stops, floods or crashes
+before its results are written scores 0; nothing the child writes can make the parent fail.
+
+The isolation record is the parent's own keys (what it set up and asked for), beside what the
+harness claims it set up, under keys starting "claimed": the claim comes through a pipe the harness
+closes before the candidate's code runs, and it can never overwrite what the parent knows.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import IO, Any, Literal
 from appliance.sandbox.cases import TestCase, judge_case
 from appliance.sandbox.cgroups import Layout, RunCgroup, find_layout
 from appliance.sandbox.isolation import (
+    DEVICE_NODES,
     WORK_FOLDER,
     SandboxUnavailable,
     bwrap_command,
@@ -78,14 +84,17 @@ def run_tests(
     if not code.strip():
         return TestRun("no_code", 0, len(cases), "no code to run", 0.0)
     inner = [runtime_interpreter(), "-I", "-S", "-c", HARNESS.read_text(encoding="utf-8")]
-    payload = {
+    payload: dict[str, Any] = {
         "code": code,
         "calls": [case.call for case in cases],
         # outside a user namespace RLIMIT_NPROC would count every process of the user
         "limits": limits.model_dump() | ({"tasks": None} if isolation == "unsafe" else {}),
         "seccomp": filter_program().hex() if seccomp else None,
         "audit_hook": audit_hook,
+        # bubblewrap's /dev holds these, bound usable for the harness to seal; unsafe: the host's own
+        "devices": [] if isolation == "unsafe" else [node for node in DEVICE_NODES if os.path.exists(node)],
     }
+    requested = f"seccomp filter {'on' if seccomp else 'off'}, audit hook {'on' if audit_hook else 'off'}"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="appliance-sandbox-") as folder, contextlib.ExitStack() as files:
         root = Path(folder)
@@ -93,6 +102,8 @@ def run_tests(
         work.mkdir()
         # the parent keeps these descriptors and reads through them: the child cannot take them away
         stdout, stderr, results = (files.enter_context((root / name).open("w+b")) for name in _OUTPUTS)
+        claims = files.enter_context(_Claims())
+        payload["claims_fd"] = claims.write_end
         if isolation == "unsafe":
             payload["root"] = str(work)  # where the child may write
             kernel, seen = UNSAFE, _supervise(inner, payload, (stdout, stderr, results), limits, work=work)
@@ -103,7 +114,40 @@ def run_tests(
         flooded = any(os.fstat(f.fileno()).st_size >= limits.output_kb * 1024 for f in (stdout, stderr, results))
         lines = _tail(results).splitlines()
         error_tail = _tail(stderr)
-    return _verdict(cases, lines, kernel, seen, flooded, error_tail, wall, limits)
+        record = {"kernel": kernel, "requested": requested} | _claimed_isolation(claims.read())
+    return _verdict(cases, lines, record, seen, flooded, error_tail, wall, limits)
+
+
+class _Claims:
+    """The pipe the harness writes its isolation claim to, and closes, before the candidate's code runs."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.read_end, self.write_end = os.pipe()
+        os.set_inheritable(self.write_end, False)  # passed to the child by number only (pass_fds)
+
+    def __enter__(self) -> _Claims:
+        return self
+
+    def read(self) -> str:
+        """What the harness wrote (the child has ended: its end of the pipe is closed), at most LIMIT bytes."""
+        self._close_write_end()
+        os.set_blocking(self.read_end, False)
+        chunks: list[bytes] = []
+        with contextlib.suppress(BlockingIOError):
+            while sum(map(len, chunks)) < self.LIMIT and (chunk := os.read(self.read_end, self.LIMIT)):
+                chunks.append(chunk)
+        return b"".join(chunks)[: self.LIMIT].decode("utf-8", errors="replace")
+
+    def _close_write_end(self) -> None:
+        if self.write_end >= 0:
+            os.close(self.write_end)
+            self.write_end = -1
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_write_end()
+        os.close(self.read_end)
 
 
 _OUTPUTS = ("stdout", "stderr", "results")
@@ -151,8 +195,10 @@ def _supervise_isolated(
             inside = _child_pid(info_read, limits.wall_s)
             if inside is not None:
                 with contextlib.suppress(ProcessLookupError):  # it died setting up: nothing runs outside
+                    sandbox_pid1.append(os.pidfd_open(inside))
                     group.add(inside)
 
+        sandbox_pid1: list[int] = []
         seen = _supervise(
             command, payload, outputs, limits, extra_fds=(info_write,), started=into_cgroup, options=options
         )
@@ -161,8 +207,25 @@ def _supervise_isolated(
             close(descriptor)
         killed_by_memory = group.memory_killed()
         group.end()
+        for pidfd in sandbox_pid1:
+            _reap_if_ours(pidfd)
     described = describe_kernel_isolation(bwrap, limits.disk_mb) + f"; {layout.describe()}: {memory >> 20} MB, "
     return described + f"{limits.tasks} tasks", _Seen(seen.timed_out, seen.returncode, killed_by_memory)
+
+
+def _reap_if_ours(pidfd: int, wait_s: float = 5.0) -> None:
+    """Reap the sandbox's pid 1 if it became this process's child, and close its pidfd.
+
+    When bubblewrap dies first (killed at the time limit), its child is handed to the nearest
+    subreaper: this process where it is one (a container's pid 1, a supervisor), which must then
+    wait for it or keep a zombie. The pidfd names that very process, never a later one with its pid,
+    so no other thread's child is ever reaped here."""
+    try:
+        select.select([pidfd], [], [], wait_s)  # readable once it has exited (the cgroup was just ended)
+        with contextlib.suppress(ChildProcessError):  # not ours: bubblewrap or init reaps it
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
+    finally:
+        os.close(pidfd)
 
 
 def _feed_and_wait(child: subprocess.Popen[bytes], data: bytes, wait_s: float) -> bool:
@@ -234,7 +297,7 @@ def _supervise(
         cwd=work or "/",
         env={"PATH": "/usr/bin:/bin", "HOME": str(work or "/"), "TMPDIR": str(work or "/"), "LANG": "C.UTF-8"},
         start_new_session=True,
-        pass_fds=(results.fileno(), *extra_fds),
+        pass_fds=(results.fileno(), payload["claims_fd"], *extra_fds),
         **(options or {}),
     )
     payload = payload | {"results_fd": results.fileno()}
@@ -254,20 +317,19 @@ def _supervise(
 def _verdict(
     cases: Sequence[TestCase],
     lines: list[str],
-    kernel: str,
+    isolation: dict[str, str],
     seen: _Seen,
     flooded: bool,
     error_tail: str,
     wall: float,
     limits: SandboxLimits,
 ) -> TestRun:
-    """The parent's judgement: the child's first line says what isolation it set up, the last its outcomes."""
+    """The parent's judgement: the last line of the results file holds the child's outcomes."""
     records = [_json_object(line) for line in lines]
-    isolation = {"kernel": kernel} | _claimed_isolation(records[0] if records else None)
     total = len(cases)
     if seen.timed_out:
         return TestRun("timeout", 0, total, f"killed after {limits.wall_s:g} s", wall, isolation)
-    report = records[-1] if len(records) >= 2 else None
+    report = records[-1] if records else None
     if report is None or "loaded" not in report:
         detail = f"output limit ({limits.output_kb} KB) exceeded" if flooded else _death(seen, error_tail)
         return TestRun("killed", 0, total, detail, wall, isolation)
@@ -289,12 +351,12 @@ def _judged(case: TestCase, outcome: object) -> tuple[bool, str]:
         return False, f"{case.call}: the result could not be judged ({type(error).__name__})"
 
 
-def _claimed_isolation(record: dict[str, Any] | None) -> dict[str, str]:
-    """What the child says it set up (for the record only), as short strings."""
-    claimed = record.get("isolation") if record is not None else None
-    if not isinstance(claimed, dict):
-        return {}
-    return {_text(k, 40): _text(v, 200) for k, v in list(claimed.items())[:16]}
+def _claimed_isolation(text: str) -> dict[str, str]:
+    """What the harness says it set up, as short strings under keys that say it is a claim."""
+    claimed = _json_object(text)
+    if claimed is None:
+        return {"claimed": "nothing (the harness wrote no claim)"}
+    return {f"claimed {_text(k, 40)}": _text(v, 200) for k, v in list(claimed.items())[:16]}
 
 
 def _text(value: object, limit: int) -> str:

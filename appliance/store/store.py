@@ -30,6 +30,7 @@ from typing import Any
 from appliance.errors import ApplianceError, first_line
 from appliance.paths import staging_path
 from appliance.store import file_lock
+from appliance.store.damage import note_opened
 from appliance.store.database import duckdb
 from appliance.store.journal import Journal, journal_folder, run_stream
 from appliance.store.records import (
@@ -104,6 +105,7 @@ def connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDB
     the file: the journal rebuilds it (`appliance store repair`)."""
     if str(path) == ":memory:":
         return duckdb.connect(":memory:")
+    note_opened(path)
     if not read_only:
         create_whole(path)
     deadline = time.monotonic() + wait_s
@@ -524,6 +526,12 @@ class Store:
         """How many of the run's episodes have each status."""
         rows = self.query("SELECT status, count(*) FROM episodes WHERE run_id = ? GROUP BY 1", [run_id])
         return {str(status): int(count) for status, count in rows}
+
+    def scenarios_stored(self, run_id: str) -> set[str]:
+        """The scenarios of which the run has stored at least one episode."""
+        return {
+            str(name) for (name,) in self.query("SELECT DISTINCT scenario FROM episodes WHERE run_id = ?", [run_id])
+        }
 
     def finished_score_values(self, run_id: str, scenario: str) -> list[tuple[str, str, float]]:
         """(metric, scored player, value) of every score of the scenario's finished episodes, calibrated
