@@ -37,6 +37,18 @@ class HeadlineMetric:
     higher_is_better: bool = True
     #: what the number means, shown beside it
     description: str = ""
+    #: the stored score metric whose panel verdicts make this figure (None: the rules compute it); a judged
+    #: figure's report names the calibration behind it and says when the panel did not separate the players
+    judged_by: str | None = None
+
+
+@dataclass(frozen=True)
+class WithinRun:
+    """A figure that ranks the players of one run against each other (a pairwise preference), with its own
+    units: `compare` does not pair it across runs, but its evidence is reported like a metric's."""
+
+    metric: HeadlineMetric
+    units: list[Unit]
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class Headline:
     metrics: list[HeadlineMetric]
     #: facts about how the figures were made that must match for a comparison (e.g. the judging mode)
     settings: dict[str, str] = field(default_factory=dict)
+    within_run: list[WithinRun] = field(default_factory=list)
 
 
 def mean_of(value: str) -> Statistic:

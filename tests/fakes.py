@@ -24,7 +24,7 @@ import duckdb
 
 from appliance.catalog import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
-from appliance.engine.scripted import ScriptedBackend
+from appliance.engine.scripted import Scorer, ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest
 from appliance.panels import Panel
 from appliance.pool import ModelPool
@@ -138,10 +138,12 @@ class ScriptedFactory:
 
     reply: Reply = default_reply
     opened: dict[str, ScriptedBackend] = field(default_factory=dict)
+    #: answers scoring requests (default: the scripted backend's own `scripted_scores`)
+    scorer: Scorer | None = None
 
     def __call__(self, catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
         name = spec.name
-        self.opened[name] = ScriptedBackend(name, lambda request: self.reply(name, request))
+        self.opened[name] = ScriptedBackend(name, lambda request: self.reply(name, request), scorer=self.scorer)
         return self.opened[name]
 
 
@@ -152,8 +154,8 @@ def seed_echo(model: str, request: GenerationRequest) -> str:
     return f"{FREE_TEXT} (seed {request.sampling.seed})"
 
 
-def scripted_factory(reply: Reply = default_reply) -> ScriptedFactory:
-    return ScriptedFactory(reply)
+def scripted_factory(reply: Reply = default_reply, scorer: Scorer | None = None) -> ScriptedFactory:
+    return ScriptedFactory(reply, scorer=scorer)
 
 
 # -- the shortest string a GBNF grammar accepts -----------------------------

@@ -17,7 +17,11 @@ from appliance.cli.options import (
 from appliance.compare.render import print_sweep
 from appliance.compare.sweep import run_sweep_results
 from appliance.scenarios import build_scenario_report
+from appliance.scenarios.registry import scenario_evidence
 from appliance.store import Store
+
+#: the file beside an export's tables that says what stands behind each judged figure
+JUDGED_FIGURES = "judged_figures.json"
 
 
 def report(
@@ -75,9 +79,20 @@ def export(
         resolved = store.resolve_run_id(run_id)
         folder = out or Path(f"export-{resolved}")
         written = export_run(store, resolved, folder, export_format)
+        stored = store.scenarios_stored(resolved)
+        figures = [
+            figure.model_dump()
+            for scenario in store.run(resolved).scenarios
+            if scenario in stored
+            for figure in scenario_evidence(store, resolved, scenario)
+        ]
+    evidence = folder / JUDGED_FIGURES
+    evidence.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     if as_json:
-        print(json.dumps([{"table": f.table, "path": str(f.path), "rows": f.rows} for f in written]))
+        tables = [{"table": f.table, "path": str(f.path), "rows": f.rows} for f in written]
+        print(json.dumps([*tables, {"table": "judged_figures", "path": str(evidence), "rows": len(figures)}]))
         return
     for exported in written:
         console.print(f"{exported.table}: {exported.rows} rows -> {exported.path}")
     console.print(f"run record -> {folder / 'run.json'}")
+    console.print(f"judged figures (calibration, separation) -> {evidence}")

@@ -12,6 +12,7 @@ listed with the result.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 from appliance.compare.paired import paired_difference
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.headline import Headline, Unit
+from appliance.judging.evidence import separation
 from appliance.scenarios.registry import family_entry
 from appliance.scenarios.spec import family_of
 from appliance.stats import holm_adjusted
@@ -105,6 +107,9 @@ class Comparison(BaseModel):
     differences: list[str]
     alpha: float
     metrics: list[MetricComparison]
+    #: one line for each judged metric on which the panel did not separate a base player from its
+    #: candidate (`appliance.judging.evidence`): there its verdict cannot rank the two
+    blind: list[str] = []
 
     @property
     def regressions(self) -> list[MetricComparison]:
@@ -133,12 +138,31 @@ def compare_runs(
         raise ApplianceError(f"runs '{base_run}' and '{candidate_run}' share no family with headline metrics")
     differences = checked_differences(store, base_run, candidate_run, headlines, force=force)
     metrics: list[MetricComparison] = []
+    blind: list[str] = []
     for scenario, base, candidate in headlines:
         for base_player, candidate_player in player_pairs(scenario, base, candidate, pairs):
             metrics += compare_players(
                 scenario, base, candidate, base_player, candidate_player, thresholds, resamples, seed, alpha
             )
-    return concluded(base_run, candidate_run, metrics, thresholds, alpha, force=force, differences=differences)
+            blind += blind_lines(scenario, base, candidate, base_player, candidate_player)
+    comparison = concluded(base_run, candidate_run, metrics, thresholds, alpha, force=force, differences=differences)
+    return comparison.model_copy(update={"blind": blind})
+
+
+def blind_lines(
+    scenario: str, base: Headline, candidate: Headline, base_player: str, candidate_player: str
+) -> list[str]:
+    """Where the panel did not separate the base player's units from the candidate player's, on a judged metric."""
+    units = [replace(u, player="base") for u in base.units if u.player == base_player]
+    units += [replace(u, player="candidate") for u in candidate.units if u.player == candidate_player]
+    players = base_player if base_player == candidate_player else f"{base_player} -> {candidate_player}"
+    who = "the base run from the candidate"
+    found = []
+    for metric in base.metrics:
+        if metric.judged_by is not None:
+            line = separation(units, metric).blind_line(f"{family_of(scenario)}.{metric.name} ({players})", who)
+            found += [line] if line else []
+    return found
 
 
 def checked_differences(

@@ -54,6 +54,8 @@ def print_comparison(console: Console, comparison: Comparison) -> None:
     console.print(table)
     if comparison.differences:
         console.print(f"Compared with --force although the runs differ: {'; '.join(comparison.differences)}.")
+    for line in comparison.blind:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     regressions = comparison.regressions
     console.print(
         f"{len(regressions)} regression(s): {', '.join(f'{r.family}.{r.metric}' for r in regressions)}."
@@ -84,6 +86,7 @@ def comparison_markdown(comparison: Comparison) -> str:
         )
     if comparison.differences:
         lines += ["", f"Forced although the runs differ: {'; '.join(comparison.differences)}."]
+    lines += ["", *comparison.blind] if comparison.blind else []
     count = len(comparison.regressions)
     lines += ["", f"**{count} regression(s).**" if count else "No regression."]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from appliance.errors import ApplianceError, reading
 from appliance.headline import Headline
+from appliance.judging.evidence import FigureEvidence, figure_evidence
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.plugins import Registry, import_submodules
 from appliance.run_config import RunConfig
@@ -227,18 +228,35 @@ def importers() -> dict[str, Importer]:
 
 @dataclass(frozen=True)
 class ScenarioReport:
-    """A family's report of one run, with the renderer that prints it."""
+    """A family's report of one run, with the renderer that prints it, and the evidence behind each of
+    its judged figures (`appliance.judging.evidence`), which every report, page and export shows."""
 
     family: FamilyEntry[Any]
     report: BaseModel
+    evidence: list[FigureEvidence]
 
     def render(self, console: Console) -> None:
         self.family.render(console, self.report)
+        if self.evidence:
+            console.print("Judged figures (calibration; whether the panel separated the players):")
+            for figure in self.evidence:
+                for line in figure.lines():
+                    console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
     def model_dump(self) -> dict[str, Any]:
-        return self.report.model_dump()
+        return self.report.model_dump() | {"judged_figures": [figure.model_dump() for figure in self.evidence]}
 
 
 def build_scenario_report(store: Store, run_id: str, scenario: str, panel: str | None = None) -> ScenarioReport:
     entry = family_entry(scenario)
-    return ScenarioReport(entry, entry.report(RunView(store, run_id, scenario), panel))
+    run = RunView(store, run_id, scenario)
+    return ScenarioReport(entry, entry.report(run, panel), scenario_evidence(store, run_id, scenario, panel))
+
+
+def scenario_evidence(store: Store, run_id: str, scenario: str, panel: str | None = None) -> list[FigureEvidence]:
+    """The calibration and separation of each judged figure the family reports for this run."""
+    entry = family_entry(scenario)
+    if entry.headline is None:
+        return []
+    run = RunView(store, run_id, scenario)
+    return figure_evidence(run, panel, entry.headline(run, panel), entry.name)

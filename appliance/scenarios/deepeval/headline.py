@@ -26,7 +26,13 @@ def deepeval_headline(run: RunView, panel: str | None) -> Headline:
             values.setdefault((episode, score.player), {})[f"{task}.{role}"] = score.value
     units = [Unit(key=episode, player=player, values=own) for (episode, player), own in values.items()]
     names = sorted({f"{task}.{role}" for (task, _), role in payoff_metrics.items()})
+    # a role's rating is the panel's verdict; coins, points and tests passed are the rules'
+    judged = {
+        f"{task}.{role}": metric for (task, metric), role in payoff_metrics.items() if metric.startswith("rating")
+    }
     return Headline(
         units=units,
-        metrics=[HeadlineMetric(name, mean_of(name), description="payoff") for name in names],
+        metrics=[
+            HeadlineMetric(name, mean_of(name), description="payoff", judged_by=judged.get(name)) for name in names
+        ],
     )

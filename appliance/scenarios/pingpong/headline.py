@@ -45,11 +45,20 @@ def pingpong_headline(run: RunView, panel: str | None) -> Headline:
     return Headline(
         units=units,
         metrics=[
-            HeadlineMetric("final", mean_of("final"), description="mean of the criteria, a refusing judge's left out"),
-            HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final"),
-            HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False),
+            HeadlineMetric(
+                "final",
+                mean_of("final"),
+                description="mean of the criteria, a refusing judge's left out",
+                judged_by="final",
+            ),
+            HeadlineMetric("ln_score", mean_of("ln_score"), description="length-normalised final", judged_by="final"),
+            HeadlineMetric("refusal_ratio", mean_of("refused"), higher_is_better=False, judged_by="refusal"),
             *(
-                [HeadlineMetric("calibrated", mean_of("calibrated"), description="final on a human scale")]
+                [
+                    HeadlineMetric(
+                        "calibrated", mean_of("calibrated"), description="final on a human scale", judged_by="final"
+                    )
+                ]
                 if any(value is not None for value in calibrated.values())
                 else []
             ),

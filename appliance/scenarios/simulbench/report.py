@@ -281,6 +281,20 @@ def _task_rows(
     return [sorted((r for r in rows if r.task_type == kind), key=lambda row: (row.mean, row.task)) for kind in types]
 
 
+def pair_outcomes(run: RunView, panel: str) -> list[tuple[str, str, str, float]]:
+    """(script, first model, second model, outcome from the first's side) of every decided comparison on
+    the scripts the report compares (the perfect ones left out, as in its pairwise table)."""
+    dropped = compared_scripts(run, panel).perfect
+    found = []
+    for episode, value in _rated(run, "compare", "pair_outcome", panel):
+        script = str(episode.metadata.get("script"))
+        if episode.finished and value is not None and script not in dropped:
+            found.append(
+                (script, episode.player_model or episode.player, episode.partner_model or episode.player, value)
+            )
+    return found
+
+
 def _pair_rows(rows: list[RatedEpisode], dropped: set[str]) -> list[PairRow]:
     outcomes: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     undecided: Counter[tuple[str, str, str]] = Counter()
