@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from appliance.calibration.apply import apply_calibration
+from appliance.calibration.heldout import NO_CEILING
 from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.calibration.tables import split_items
 from appliance.catalog import Catalog, ModelSpec, load_catalog
@@ -25,6 +26,7 @@ from appliance.panels import Panel
 from appliance.roles import BackendFactory
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import write_label_set
+from tests.test_cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 PANEL = Panel(name="duo", judges=["smollm2-135m", "gemma3-270m"])
@@ -214,3 +216,52 @@ def test_a_stored_rating_calibration_maps_episode_verdicts() -> None:
     turn_1 = 0.75 * 3.0 + 0.25 * 2.0
     assert calibrated.calibrated_value == pytest.approx(np.mean([turn_1, 0.0]))
     assert calibrated.calibration_id == "cal-x" and calibrated.value == 3.0
+
+
+def test_a_single_rater_set_fits_and_reports_its_ceiling_as_not_measurable(tmp_path: Path) -> None:
+    """One label per item (a lab's single rater, or a consensus label): every item fits, the good judge is
+    found held out, and the ceiling says why it cannot be measured, where once the set had 0 usable items."""
+    rows = [row | {"labels": row["labels"][:1]} for row in rating_rows()]
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rows)
+        report = calibrate(store)["report"]
+    assert report["items"] == {"fit": 20, "heldout": 20}
+    assert report["judges"]["smollm2-135m"]["spearman"]["value"] == pytest.approx(1.0)
+    assert report["panel_calibrated"]["spearman"]["value"] > 0.9
+    assert report["human_ceiling"] == {"annotators": 1, "not_measurable": NO_CEILING}
+
+
+def test_a_mostly_double_rated_set_keeps_its_consensus_items_only(tmp_path: Path) -> None:
+    """Where most items carry two values, an item with one is left out, as before (the target is a consensus)."""
+    rows = rating_rows()
+    rows[0] = rows[0] | {"labels": rows[0]["labels"][:1]}
+    with Store.open(tmp_path / "db.duckdb") as store:
+        import_rows(store, tmp_path, rows)
+        record = calibrate(store)["record"]
+    assert "item-00" not in record.fit_items + record.heldout_items
+    assert len(record.fit_items + record.heldout_items) == 39
+
+
+@pytest.mark.real_model
+def test_the_cli_calibrates_a_single_rater_set_on_the_real_model(tmp_path: Path) -> None:
+    rows = [
+        {
+            "item_id": f"i{n}",
+            "texts": {"context": f"User: question {n}?", "response": "A clear, kind answer." if n % 2 else "no."},
+            "labels": [{"annotator": "lab", "criterion": "Overall", "value": 1 + (n * 3) % 5}],
+        }
+        for n in range(8)
+    ]
+    labels = tmp_path / "single.jsonl"
+    labels.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    db = str(tmp_path / "single.duckdb")
+    assert cli("labels", "import", str(labels), "--format", "jsonl", "--db", db).returncode == 0
+    calibrated = cli(
+        *("calibrate", "--panel", "smollm2", "--labels", "single", "--criterion", "Overall", "--resamples", "100"),
+        *("--plot", str(tmp_path / "plot.png"), "--json", "--db", db),
+    )
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    report = json.loads(calibrated.stdout)
+    assert report["items"] == {"fit": 4, "heldout": 4}
+    assert report["panel_calibrated"]["n"] == 4 and "spearman" in report["panel_calibrated"]
+    assert report["human_ceiling"]["not_measurable"] == NO_CEILING

@@ -236,8 +236,21 @@ def rating_report(
     }
 
 
+#: why a label set with one value per item has no human ceiling
+NO_CEILING = "not measurable: no item carries two human values, so no rater can be compared with another"
+
+
+def _ceiling_measurable(held: ItemTable) -> bool:
+    """Whether some held-out item carries two annotators' values (the ceiling compares them)."""
+    if len(held.annotators) < 2:
+        return False
+    return bool((np.isfinite(np.vstack(list(held.annotators.values()))).sum(axis=0) >= 2).any())
+
+
 def rating_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
     """Each annotator against the mean of the others, averaged over annotators."""
+    if not _ceiling_measurable(held):
+        return {"annotators": len(held.annotators), "not_measurable": NO_CEILING}
 
     def compute(table: ItemTable) -> dict[str, float | None]:
         rests = table.others_means()
@@ -295,6 +308,9 @@ def pairwise_report(
 
 
 def _pairwise_ceiling(held: ItemTable, seed: int, resamples: int) -> Row:
+    if not _ceiling_measurable(held):
+        return {"annotators": len(held.annotators), "not_measurable": NO_CEILING}
+
     def compute(table: ItemTable) -> dict[str, float | None]:
         per_annotator = []
         for annotator, values in table.annotators.items():

@@ -88,12 +88,17 @@ def choose_criterion(label_set: LabelSet, criterion: str | None) -> str:
 
 
 def labelled_items(label_set: LabelSet, criterion: str, limit: int | None, seed: int) -> list[LabelItem]:
-    """Items with at least two numeric human values for the criterion, a seeded sample if limited."""
+    """The items the criterion's human values rate, a seeded sample if limited.
+
+    Where most items carry two values or more, items with fewer are left out: the target is then a
+    consensus of raters. A set with one value per item (a consensus label, a lab's single rater) is
+    fitted on those values; its human ceiling is reported as not measurable."""
     counts: dict[str, int] = {}
     for label in label_set.labels:
         if label.criterion == criterion and label.value is not None:
             counts[label.item_id] = counts.get(label.item_id, 0) + 1
-    items = [item for item in label_set.items if counts.get(item.item_id, 0) >= 2]
+    needed = 2 if 2 * sum(count >= 2 for count in counts.values()) >= max(len(counts), 1) else 1
+    items = [item for item in label_set.items if counts.get(item.item_id, 0) >= needed]
     if limit is not None and limit < len(items):
         items = sorted(random.Random(seed).sample(items, limit), key=lambda item: item.item_id)
     if len(items) < 4:

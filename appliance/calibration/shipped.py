@@ -96,6 +96,8 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     for label, row in rows:
         count = row.get("n", row.get("annotators", ""))
         lines.append(f"| {label} | {count} | " + " | ".join(_cell(row.get(m)) for m in _METRICS) + " |")
+    if unmeasured := report["human_ceiling"].get("not_measurable"):
+        lines += ["", f"Human ceiling: {unmeasured}."]
     if "curve" in report:
         from appliance.calibration.curve import CURVE_HEADERS, curve_cells
 

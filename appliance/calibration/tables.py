@@ -85,7 +85,11 @@ class ItemTable:
         """Per annotator, the mean of the other annotators on each item (NaN where none rated it)."""
         means: dict[str, np.ndarray] = {}
         for annotator in self.annotators:
-            others = np.vstack([v for a, v in self.annotators.items() if a != annotator])
+            rest = [v for a, v in self.annotators.items() if a != annotator]
+            if not rest:  # a single annotator: no other to compare with
+                means[annotator] = np.full(len(self), np.nan)
+                continue
+            others = np.vstack(rest)
             counts = np.isfinite(others).sum(axis=0)
             with np.errstate(invalid="ignore"):
                 means[annotator] = np.where(counts > 0, np.nansum(others, axis=0) / np.maximum(counts, 1), np.nan)

@@ -269,6 +269,8 @@ def print_calibration(report: dict[str, Any]) -> None:
         cells = [_metric_cell(row.get(name)) for name in names]
         table.add_row(label, str(row.get("n", row.get("annotators", ""))), *cells)
     console.print(table)
+    if unmeasured := report["human_ceiling"].get("not_measurable"):
+        console.print(f"Human ceiling: {unmeasured}.", markup=False, highlight=False)
     unparsed = ", ".join(f"{j}: {n}" for j, n in report["unparsed_verdicts"].items())
     method = _method_sentence(report, pairwise=pairwise, features=features)
     console.print(
