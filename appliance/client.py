@@ -101,9 +101,8 @@ class ModelClient:
         identity = self.seed_key or self.key
         seed_layer = Sampling(seed=derive_seed(self.seed, identity, role, target, self._request_count))
         greedy = Sampling(temperature=0.0) if self.force_greedy else None
-        resolved = ResolvedSampling.from_layers(
-            seed_layer, binding.model_sampling, sampling, binding.role_override, greedy
-        )
+        layers = (binding.model_sampling, sampling, binding.role_override, greedy)
+        resolved = ResolvedSampling.from_layers(seed_layer, *judge_clean_layers(role, *layers))
         request = GenerationRequest(
             messages=tuple(messages),
             sampling=resolved,
@@ -145,3 +144,20 @@ class ModelClient:
         if completion.scores is None:
             raise EpisodeFailed(completion.error or f"model '{target}' returned no scores")
         return completion.scores
+
+
+#: the role whose requests are the instrument's verdicts
+JUDGE_ROLE = "judge"
+
+
+def judge_clean_layers(
+    role: str, model: Sampling, method: Sampling | None, role_override: Sampling, greedy: Sampling | None
+) -> tuple[Sampling | None, ...]:
+    """The sampling layers, lowest first, with the model's default repeat penalty dropped from a judge's
+    requests and from greedy ones: a penalty that pushes away tokens already seen bends a verdict, and
+    a greedy reply (the method asked for the single likeliest text) alike. A penalty the method asks
+    for, or the entry sets for this very role, stays."""
+    greedy_request = ResolvedSampling.from_layers(model, method, role_override, greedy).temperature <= 0.0
+    if (role == JUDGE_ROLE or greedy_request) and model.repeat_penalty is not None:
+        model = model.model_copy(update={"repeat_penalty": None})
+    return model, method, role_override, greedy

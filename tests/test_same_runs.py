@@ -14,7 +14,10 @@ code sandbox's isolation record in DeepEval's code-review metadata (host uid, pi
 replaced in place, no figure moved), and the papers' own settings by default (issue 77: DeepEval's
 public goods at alpha 1.2 with the paper's goal and its three translation pairs in a stratified order,
 so DeepEval's run; SimulBench's judge prompts gained the paper's empty-reply and praise clauses, so its
-verdicts and scores). The SmolLM2 run is stored per platform (`tests/golden_runs.py`)."""
+verdicts and scores), and (issues 89 and 90) the isolation record's keys in DeepEval's code-review
+metadata (the child's claim apart, under "claimed ...": DeepEval's episodes only) and judges reading
+without the model's repeat penalty (the SmolLM2 run's judgments and scores; its messages did not move;
+only this platform's SmolLM2 run is kept). The SmolLM2 run is stored per platform (`tests/golden_runs.py`)."""
 
 from __future__ import annotations
 
