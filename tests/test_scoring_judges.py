@@ -8,7 +8,7 @@ import math
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from appliance.calibration.pipeline import (
 )
 from appliance.calibration.shipped import write_shipped
 from appliance.catalog import Catalog, ModelSpec, load_catalog
-from appliance.client import RoleBinding
+from appliance.client import ModelClient, RoleBinding
 from appliance.engine.backend import Backend
 from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
@@ -50,6 +50,7 @@ from appliance.engine.types import (
 )
 from appliance.episodes import EpisodeContext
 from appliance.errors import ApplianceError
+from appliance.judging.scoring import comparison_features
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
 from appliance.judging.templates import (
     PairwiseTemplate,
@@ -824,3 +825,66 @@ def test_a_calibration_transfers_unrefitted_to_another_label_set(tmp_path: Path)
 
 def judges_dir_record(name: str) -> CalibrationRecord:
     return CalibrationRecord.model_validate_json((REPO / "judges" / "calibrations" / "default" / name).read_text())
+
+
+def _compared(backend: Backend, variables: dict[str, str]) -> dict[str, float]:
+    """`comparison_features` of a pair, read by `backend`'s model through instruction_likelihood.toml."""
+    template = load_judge_template(REPO / "judges" / "instruction_likelihood.toml")
+    assert isinstance(template, LikelihoodTemplate) and template.comparison_prompt
+    scheduler = Scheduler({backend.name: backend})
+    client = ModelClient("pair", 0, scheduler, {f"judge:{backend.name}": RoleBinding(backend.name)})
+
+    async def run() -> dict[str, float]:
+        work = asyncio.ensure_future(comparison_features(client, template, variables, backend.name, "c"))
+        await scheduler.drive(work)
+        return await work
+
+    return asyncio.run(run())
+
+
+GOOD_FIRST = {"context": "Say something kind.", "response_a": "a good reply", "response_b": "a poor reply"}
+
+
+def _comparison_reads(lean: Callable[[str, str], float]) -> dict[str, float]:
+    """`comparison_features` of a pair whose first response is good, from a judge whose log P(A) - log P(B)
+    is `lean(shown as A, shown as B)`."""
+
+    def scorer(request: GenerationRequest) -> TokenScores:
+        assert request.scoring is not None and request.prompt is not None
+        shown_a = request.prompt.split("Response A:")[1].split("Response B:")[0]
+        shown_b = request.prompt.split("Response B:")[1]
+        return TokenScores(choice_logprobs=(lean(shown_a, shown_b), 0.0))
+
+    backend = ScriptedBackend("j", lambda request: "unused", scorer=scorer)
+    reads = _compared(backend, GOOD_FIRST)
+    assert [r.scoring.choices for r in backend.requests if r.scoring] == [(" A", " B")] * 2  # both orders
+    return reads
+
+
+def test_a_comparison_read_in_both_orders_keeps_the_preference_and_cancels_the_slot() -> None:
+    """A judge that sees which reply is good leans to it wherever it is shown: the preference is its
+    lean and the position lean 0. A judge that always says A has no preference, only a position lean."""
+    seeing = _comparison_reads(lambda a, b: 2.0 if "good" in a else -2.0)
+    assert seeing == {"preference": pytest.approx(2.0), "position_lean": pytest.approx(0.0)}
+    slot = _comparison_reads(lambda a, b: 1.5)
+    assert slot == {"preference": pytest.approx(0.0), "position_lean": pytest.approx(1.5)}
+    # a judge that sees the good reply and leans to A besides: both parts apart
+    both = _comparison_reads(lambda a, b: (2.0 if "good" in a else -2.0) + 0.5)
+    assert both == {"preference": pytest.approx(2.0), "position_lean": pytest.approx(0.5)}
+
+
+@pytest.mark.real_model
+def test_the_comparison_read_on_the_real_model(smollm2: LlamaCppBackend) -> None:
+    """SmolLM2 reads " A" and " B" as one token each; swapping the responses swaps the preference's sign
+    and keeps the position lean, to the float error of two orders read in one batch."""
+    pair = {
+        "context": "Name the capital of France.",
+        "response_a": "The capital of France is Paris.",
+        "response_b": "Bananas are yellow.",
+    }
+    straight = _compared(smollm2, pair)
+    swapped = _compared(smollm2, pair | {"response_a": pair["response_b"], "response_b": pair["response_a"]})
+    assert all(math.isfinite(v) for v in (*straight.values(), *swapped.values()))
+    assert straight["preference"] == pytest.approx(-swapped["preference"], abs=1e-3)
+    assert straight["position_lean"] == pytest.approx(swapped["position_lean"], abs=1e-3)
+    assert straight["preference"] != 0.0

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from appliance.catalog import Catalog
 from appliance.client import EpisodeFailed, ModelClient, derive_seed
 from appliance.engine.factory import open_backend
-from appliance.judging.scoring import scoring_features
+from appliance.judging.scoring import comparison_features, scoring_features
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
@@ -152,15 +152,15 @@ async def _feature_verdict(
     """One judge's features of an item (a pair: the first response's minus the second's)."""
     try:
         if "response_a" in variables:
-            first, second = await asyncio.gather(
-                *(
-                    scoring_features(
-                        client, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}"
-                    )
-                    for key in ("response_a", "response_b")
-                )
-            )
-            features = pair_features(first, second)
+            reads = [
+                scoring_features(client, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}")
+                for key in ("response_a", "response_b")
+            ]
+            compared = isinstance(template, LikelihoodTemplate) and bool(template.comparison_prompt)
+            if isinstance(template, LikelihoodTemplate) and compared:
+                reads.append(comparison_features(client, template, variables, judge, f"{judge}-compare"))
+            first, second, *comparison = await asyncio.gather(*reads)
+            features = pair_features(first, second) | (comparison[0] if comparison else {})
         else:
             features = await scoring_features(client, template, variables, judge, judge)
     except EpisodeFailed as error:  # the item does not fit this judge's context: no features

@@ -24,17 +24,22 @@ def write_plot(path: Path, held: ItemTable, kind: str, summary: dict[str, Any]) 
     calibration = calibration_from_json(summary["model"])
     title = f"{summary['panel']} on {summary['label_set']} / {summary['criterion']} (held-out, n={len(held)})"
     if kind == "pairwise":
-        figure, axes = plt.subplots(1, 2, figsize=(9, 4))
         if isinstance(calibration, PairFeatureCalibration):
-            judge = next(iter(calibration.features.judges))
-            single = calibration.features.judge_prediction(judge, held.features[judge])
-            panels = [(f"{judge} (calibrated)", decide(single, calibration.tie_band))]
+            # the first judge the fit kept, alone (a fit on few items may keep none)
+            panels = [
+                (
+                    f"{judge} (calibrated)",
+                    decide(calibration.features.judge_prediction(judge, held.features[judge]), calibration.tie_band),
+                )
+                for judge in list(calibration.features.judges)[:1]
+            ]
             panels.append(("panel calibrated", calibration.predict(held.features)))
         else:
             equal = {j: 1.0 for j in held.judges}
             panels = [("panel mean", vote(held, equal, 0.0))]
             panels.append(("panel calibrated", calibration.predict(held)))  # type: ignore[arg-type]
-        for axis, (label, predicted) in zip(axes, panels, strict=True):
+        figure, grid = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
+        for axis, (label, predicted) in zip(grid[0], panels, strict=True):
             _confusion(axis, predicted, held.human, label)
     else:
         judge_scale = tuple(summary["judge_scale"])

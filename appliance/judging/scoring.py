@@ -16,10 +16,13 @@ from appliance.judging.scoring_templates import (
     LOGPROB,
     NEGATIVE,
     PMI,
+    POSITION_LEAN,
     POSITIVE,
+    PREFERENCE,
     PRIOR,
     TOKENS,
     ExpectedScoreTemplate,
+    LikelihoodTemplate,
     ScoringTemplate,
     expected_score,
     scoring_variables,
@@ -92,3 +95,28 @@ async def scoring_features(
             prior, _ = rest[0]
             features |= {PRIOR: prior, PMI: (logprob - prior) * tokens}
     return features
+
+
+async def comparison_features(
+    client: ModelClient, template: LikelihoodTemplate, variables: dict[str, str], judge: str, conversation: str
+) -> dict[str, float]:
+    """A pair read directly: the choices' probabilities after `comparison_prompt` with the first response
+    shown as A, then as B. Asked in both orders, a lean that only follows the slot cancels out of
+    `preference` and shows in `position_lean`."""
+    filled = scoring_variables(template, variables)
+    source = f"judges/{template.name}.toml"
+    first, second = filled["response_a"], filled["response_b"]
+    prompts = [
+        render(template.comparison_prompt, {**filled, "response_a": a, "response_b": b}, source)
+        for a, b in ((first, second), (second, first))
+    ]
+    scores = await asyncio.gather(
+        *(
+            client.score(
+                "judge", prompt, choices=template.comparison_choices, model=judge, conversation=f"{conversation}-{n}"
+            )
+            for n, prompt in enumerate(prompts)
+        )
+    )
+    shown_first, shown_second = (s.choice_logprobs[0] - s.choice_logprobs[1] for s in scores)
+    return {PREFERENCE: (shown_first - shown_second) / 2, POSITION_LEAN: (shown_first + shown_second) / 2}

@@ -34,6 +34,10 @@ BASELINE, GAIN = "followup_baseline", "followup_gain"
 #: prefixes of the per-follow-up features of a template with `each_followup` (numbered from 1)
 EACH_POSITIVE, EACH_NEGATIVE = "positive_", "negative_"
 EXPECTED, ENTROPY = "expected", "entropy"
+#: a pair's direct comparison read in both orders (`comparison_prompt`): the first response's lean
+#: (log P(A) - log P(B) with it shown as A, minus the same with it shown as B, halved), and the lean
+#: towards slot A whatever is shown there (the two orders' mean: the judge's position bias)
+PREFERENCE, POSITION_LEAN = "preference", "position_lean"
 #: bump when `judging/scoring.py` computes a feature differently: cached features are then recomputed
 FEATURE_CODE = "features-2"
 #: the context a likelihood judge reads is cut to its last lines within this many characters
@@ -89,7 +93,12 @@ class LikelihoodTemplate(_ScoringTemplateBase):
     #: each follow-up's mean log-probability after the response is a feature of its own too
     #: (`positive_1`..., `negative_1`...): a calibration then learns which follow-ups tell most
     each_followup: bool = False
-    added_later: ClassVar[frozenset[str]] = frozenset({"each_followup"})
+    #: pairs only: a prompt that shows both responses ({response_a}, {response_b}) and ends where the
+    #: judge names the better one; the probabilities of `comparison_choices` there, asked in both
+    #: orders, give the `preference` and `position_lean` features beside the feature differences
+    comparison_prompt: str = ""
+    comparison_choices: tuple[str, str] = (" A", " B")
+    added_later: ClassVar[frozenset[str]] = frozenset({"each_followup", "comparison_prompt", "comparison_choices"})
 
     @model_validator(mode="after")
     def _check(self) -> LikelihoodTemplate:
@@ -109,6 +118,7 @@ class LikelihoodTemplate(_ScoringTemplateBase):
         if self.each_followup:
             features += [f"{EACH_POSITIVE}{i}" for i in range(1, len(self.positive) + 1)]
             features += [f"{EACH_NEGATIVE}{i}" for i in range(1, len(self.negative) + 1)]
+        features += [PREFERENCE, POSITION_LEAN] if self.comparison_prompt else []
         return features + ([BASELINE, GAIN] if self.baseline_prompt else [])
 
 
