@@ -156,8 +156,7 @@ async def _feature_verdict(
                 scoring_features(client, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}")
                 for key in ("response_a", "response_b")
             ]
-            compared = isinstance(template, LikelihoodTemplate) and bool(template.comparison_prompt)
-            if isinstance(template, LikelihoodTemplate) and compared:
+            if isinstance(template, LikelihoodTemplate) and template.comparison_prompt:  # both responses at once
                 reads.append(comparison_features(client, template, variables, judge, f"{judge}-compare"))
             first, second, *comparison = await asyncio.gather(*reads)
             features = pair_features(first, second) | (comparison[0] if comparison else {})

@@ -82,7 +82,7 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 #: device nodes a correct program may write to (what is written there goes nowhere)
 WRITABLE_DEVICES = frozenset(("/dev/null", "/dev/zero", "/dev/full"))
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 8, 32, 4096
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CLONE_NEWNS = 0x00020000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522

@@ -44,6 +44,13 @@ HOW_TO_FIX = "install bubblewrap (apt-get install bubblewrap) on a kernel that a
 #: the host's device nodes bound into the child's /dev: usable, and remounted read-only by the harness
 #: (`DEVICE_NODES` in its payload) so that nothing of them (mode, owner, times, attributes) changes
 DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+def device_nodes() -> list[str]:
+    """The device nodes of `DEVICE_NODES` this host has (a container may lack /dev/tty)."""
+    return [node for node in DEVICE_NODES if os.path.exists(node)]
+
+
 #: the links a program expects beside them (what bubblewrap's --dev would make, without its devpts)
 _DEVICE_LINKS = (
     ("/proc/self/fd", "/dev/fd"),
@@ -145,7 +152,7 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str], info_fd: int | Non
         "--proc",
         "/proc",
         *("--size", "65536", "--tmpfs", "/dev"),
-        *[argument for node in DEVICE_NODES if os.path.exists(node) for argument in ("--dev-bind", node, node)],
+        *[argument for node in device_nodes() for argument in ("--dev-bind", node, node)],
         *[argument for target, link in _DEVICE_LINKS for argument in ("--symlink", target, link)],
         "--size",
         str(disk_mb * 1024 * 1024),

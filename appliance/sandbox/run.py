@@ -32,12 +32,12 @@ from typing import IO, Any, Literal
 from appliance.sandbox.cases import TestCase, judge_case
 from appliance.sandbox.cgroups import Layout, RunCgroup, find_layout
 from appliance.sandbox.isolation import (
-    DEVICE_NODES,
     WORK_FOLDER,
     SandboxUnavailable,
     bwrap_command,
     bwrap_executable,
     describe_kernel_isolation,
+    device_nodes,
     kernel_isolation_problem,
     launch,
     runtime_interpreter,
@@ -92,7 +92,7 @@ def run_tests(
         "seccomp": filter_program().hex() if seccomp else None,
         "audit_hook": audit_hook,
         # bubblewrap's /dev holds these, bound usable for the harness to seal; unsafe: the host's own
-        "devices": [] if isolation == "unsafe" else [node for node in DEVICE_NODES if os.path.exists(node)],
+        "devices": [] if isolation == "unsafe" else device_nodes(),
     }
     requested = f"seccomp filter {'on' if seccomp else 'off'}, audit hook {'on' if audit_hook else 'off'}"
     started = time.perf_counter()
