@@ -12,6 +12,7 @@ theirs is judged.
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 from appliance.catalog import load_catalog
 from appliance.engine.scripted import scripted_scores
 from appliance.engine.types import GenerationRequest, TokenScores
-from appliance.judging.evidence import FigureEvidence
+from appliance.headline import HeadlineMetric, Unit, mean_of
+from appliance.judging.evidence import FigureEvidence, separation
 from appliance.panels import Panel, get_panel
 from appliance.run_config import RunConfig
 from appliance.runner import Runner
@@ -216,3 +218,32 @@ def test_compare_says_where_the_panel_did_not_separate_base_from_candidate(tmp_p
         "simulbench.rating_hard (gemma3-270m)",
     ], blind
     assert all("did not separate the base run from the candidate" in line for line in blind)
+
+
+def _units(rows: list[tuple[str, str, float]]) -> list[Unit]:
+    return [Unit(key=key, player=player, values={"v": value}) for key, player, value in rows]
+
+
+METRIC = HeadlineMetric("v", mean_of("v"), judged_by="v")
+
+
+def test_separation_on_hand_made_units() -> None:
+    """Paired items: a constant edge of one point separates even where items differ wildly; identical
+    values, or three units a player, claim nothing of the kind; NaN values are left out."""
+    hard_and_easy = [(f"i{n}", p, 10.0 * n + (1.0 if p == "a" else 0.0)) for n in range(8) for p in ("a", "b")]
+    paired = separation(_units(hard_and_easy), METRIC)
+    assert paired.shuffled == "within items" and paired.separated is True and paired.ties == 0.0
+    same = separation(_units([(f"i{n}", p, 3.0) for n in range(8) for p in ("a", "b")]), METRIC)
+    assert same.separated is False and same.ties == 1.0 and same.p_value == 1.0
+    few = separation(_units([(f"i{n}", p, 9.0 if p == "a" else 1.0) for n in range(3) for p in ("a", "b")]), METRIC)
+    assert few.separated is None and few.units == 6  # 2 of 8 paired arrangements reach the edge: 25%
+    unpaired = [(f"{p}{n}", p, 9.0 if p == "a" else 1.0) for n in range(6) for p in ("a", "b")]
+    assert separation(_units(unpaired), METRIC).shuffled == "across all units"
+    with_nan = separation(_units([*hard_and_easy, ("i9", "a", math.nan)]), METRIC)
+    assert with_nan.units == 16 and with_nan.separated is True
+
+
+def test_ties_count_items_two_players_share() -> None:
+    """One player's repeats of an item are not a tie between players."""
+    repeats = separation(_units([("i1", "a", 2.0), ("i1", "a", 2.0), ("i2", "a", 1.0), ("i2", "a", 1.0)]), METRIC)
+    assert repeats.ties is None and repeats.separated is None

@@ -5,19 +5,22 @@ a run gets two facts, computed the same way for every family:
 
 - its calibration: the stored calibration its scores were mapped with (label set, criterion, held-out
   agreement with its interval), or "uncalibrated" where none was;
-- its separation, on the run itself: the spread between the players' means against the spread the
-  same values give with the players' labels shuffled (the 95th percentile of 1,000 shuffles, so a
-  panel that rates everyone alike, or at random, stays below it), the share of items on which every
-  player got the same value (ties), and how well two random halves of the items agree on the
-  players' order (split-half reliability, with three players or more).
+- its separation, on the run itself: the spread between the players' means against the spreads the
+  same values give with the players' labels shuffled 1,000 times (within each item where the players
+  share items, so an item's difficulty is not taken for a player's; across all units otherwise): a
+  panel that rates everyone alike, or at random, reaches its own spread in many shuffles. Beside it,
+  the share of items on which every player got the same value (ties), and how well two random
+  halves of the items agree on the players' order (split-half reliability, three players or more).
 
-When the spread is not above that noise, the figure does not rank the players, and the report, the
-page and `compare` say so in one line. Tiny judges are expected to be blind on some tasks; the
-failure would be hiding it.
+Where more than 5% of the shuffles reach the observed spread, the figure does not rank the players,
+and the report, the page and `compare` say so in one line. Where the units are too few for any
+arrangement to stand out (two players with three units each), nothing is claimed either way. Tiny
+judges are expected to be blind on some tasks; the failure would be hiding it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from statistics import fmean
@@ -34,8 +37,10 @@ from appliance.store.run_view import RunView
 SHUFFLES = 1000
 #: random halvings for the split-half reliability
 HALVINGS = 50
-#: the noise is this quantile of the shuffled spreads
+#: the noise shown is this quantile of the shuffled spreads
 NOISE_QUANTILE = 0.95
+#: a figure separates the players where at most this share of shuffles reaches its spread
+ALPHA = 0.05
 
 
 class Separation(BaseModel):
@@ -46,13 +51,18 @@ class Separation(BaseModel):
     units: int
     #: the best player's mean minus the worst's
     spread: float | None = None
-    #: the 95th percentile of that spread with the units' players shuffled
+    #: the 95th percentile of that spread with the players' labels shuffled
     noise: float | None = None
+    #: the share of shuffles whose spread reaches the observed one (with the observed arrangement counted)
+    p_value: float | None = None
+    #: how the labels were shuffled: "within items" (players share items: a hard item is hard for all)
+    #: or "across all units"
+    shuffled: str | None = None
     #: share of items played by two players or more on which every player got the same value
     ties: float | None = None
     #: Spearman between the players' means on two random halves of the items, averaged (three players or more)
     split_half: float | None = None
-    #: None where it cannot be measured (one player, or fewer than two units a player)
+    #: None where it cannot be measured (one player, or too few units for any arrangement to stand out)
     separated: bool | None = None
 
     def blind_line(self, figure: str, who: str = "these players") -> str | None:
@@ -61,8 +71,8 @@ class Separation(BaseModel):
             return None
         ties = f", ties {self.ties:.0%}" if self.ties is not None else ""
         return (
-            f"{figure}: the panel did not separate {who} (spread {self.spread:.3g}, noise {self.noise:.3g}"
-            f"{ties}); this figure does not rank them"
+            f"{figure}: the panel did not separate {who} (spread {self.spread:.3g}, noise {self.noise:.3g}, "
+            f"p {self.p_value:.2f}{ties}); this figure does not rank them"
         )
 
 
@@ -94,27 +104,58 @@ def separation(units: Sequence[Unit], metric: HeadlineMetric, seed: int = 0) -> 
     values: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for unit in units:
         value = metric.statistic([unit])
-        if value is not None:
+        if value is not None and math.isfinite(value):
             values[unit.player].append((unit.key, float(value)))
     players = sorted(values)
     counted = sum(len(v) for v in values.values())
     found = Separation(players=len(players), units=counted, ties=_ties(values))
-    if len(players) < 2 or any(len(v) < 2 for v in values.values()):
+    if len(players) < 2 or any(not v for v in values.values()):
         return found
+    keys = np.array([key for p in players for key, _ in values[p]])
     labels = np.array([p for p in players for _ in values[p]])
     flat = np.array([value for p in players for _, value in values[p]])
+    groups = _shuffle_groups(keys, labels)
+    if _arrangements(groups, labels) * ALPHA < math.factorial(len(players)):
+        return found  # no arrangement of so few units could stand out from the shuffles
     spread = _spread(flat, labels, players)
     rng = np.random.default_rng(seed)
-    shuffled = [_spread(flat, rng.permutation(labels), players) for _ in range(SHUFFLES)]
-    noise = float(np.quantile(shuffled, NOISE_QUANTILE))
+    shuffled = np.array([_spread(flat, _shuffled(labels, groups, rng), players) for _ in range(SHUFFLES)])
+    p_value = (1 + int(np.count_nonzero(shuffled >= spread - 1e-12))) / (1 + SHUFFLES)
     return found.model_copy(
         update={
             "spread": spread,
-            "noise": noise,
-            "separated": spread > noise,
+            "noise": float(np.quantile(shuffled, NOISE_QUANTILE)),
+            "p_value": p_value,
+            "shuffled": "within items" if len(groups) > 1 else "across all units",
+            "separated": p_value <= ALPHA,
             "split_half": _split_half(values, seed) if len(players) >= 3 else None,
         }
     )
+
+
+def _shuffle_groups(keys: np.ndarray, labels: np.ndarray) -> list[np.ndarray]:
+    """Where most units share their item with another player's unit, labels are shuffled within each
+    item (a paired design: an item's difficulty is not mistaken for a player's); else across all."""
+    shared = {key for key in set(keys.tolist()) if len(set(labels[keys == key].tolist())) >= 2}
+    if 2 * int(np.isin(keys, list(shared)).sum()) < len(keys):
+        return [np.arange(len(keys))]
+    return [np.flatnonzero(keys == key) for key in sorted(set(keys.tolist()))]
+
+
+def _arrangements(groups: list[np.ndarray], labels: np.ndarray) -> float:
+    """How many distinct labellings the shuffles can make (a product over the groups of multinomials)."""
+    total = 1.0
+    for group in groups:
+        counts = np.unique(labels[group], return_counts=True)[1]
+        total *= math.factorial(len(group)) / math.prod(math.factorial(int(c)) for c in counts)
+    return total
+
+
+def _shuffled(labels: np.ndarray, groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    out = labels.copy()
+    for group in groups:
+        out[group] = labels[rng.permutation(group)]
+    return out
 
 
 def _spread(values: np.ndarray, labels: np.ndarray, players: list[str]) -> float:
@@ -123,12 +164,15 @@ def _spread(values: np.ndarray, labels: np.ndarray, players: list[str]) -> float
 
 
 def _ties(values: dict[str, list[tuple[str, float]]]) -> float | None:
-    by_key: dict[str, list[float]] = defaultdict(list)
-    for own in values.values():
+    """Share of items scored for two players or more on which they all got the same value."""
+    by_key: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    for player, own in values.items():
         for key, value in own:
-            by_key[key].append(value)
-    shared = [v for v in by_key.values() if len(v) >= 2]
-    return sum(len(set(v)) == 1 for v in shared) / len(shared) if shared else None
+            by_key[key].setdefault(player, []).append(value)
+    shared = [by_player for by_player in by_key.values() if len(by_player) >= 2]
+    if not shared:
+        return None
+    return sum(len({v for vs in by_player.values() for v in vs}) == 1 for by_player in shared) / len(shared)
 
 
 def _split_half(values: dict[str, list[tuple[str, float]]], seed: int) -> float | None:

@@ -82,7 +82,7 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 #: device nodes a correct program may write to (what is written there goes nowhere)
 WRITABLE_DEVICES = frozenset(("/dev/null", "/dev/zero", "/dev/full"))
 
-MS_RDONLY, MS_NOSUID, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CLONE_NEWNS = 0x00020000
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -105,7 +105,10 @@ def seal_devices(nodes: list[str]) -> dict[str, str]:
     for node in nodes:
         kept = os.statvfs(node).f_flag
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        flags |= (MS_NOSUID if kept & os.ST_NOSUID else 0) | (MS_NOEXEC if kept & os.ST_NOEXEC else 0)
+        # flags the mount has already are kept (a user namespace may not clear them); nodev only where
+        # the host's own /dev has it, and then the nodes stay unusable, as on that host
+        for flag, mounted in ((MS_NOSUID, os.ST_NOSUID), (MS_NOEXEC, os.ST_NOEXEC), (MS_NODEV, os.ST_NODEV)):
+            flags |= flag if kept & mounted else 0
         if libc.mount(None, node.encode(), None, flags, None) != 0:
             raise SystemExit(f"sandbox: remounting {node} read-only failed: {os.strerror(ctypes.get_errno())}")
 
@@ -262,5 +265,12 @@ def main() -> None:
     os._exit(0)
 
 
+#: `python -c HARNESS --seal-only NODE...`: only seal the nodes and drop the capabilities, as the
+#: sandbox's probe does to learn whether this host allows it
+SEAL_ONLY = "--seal-only"
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [SEAL_ONLY]:
+        seal_devices(sys.argv[2:])
+        os._exit(0)
     main()

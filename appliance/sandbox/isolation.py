@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from appliance.sandbox.cgroups import cgroup_problem
@@ -39,6 +40,9 @@ BWRAP_VARIABLE = "APPLIANCE_BWRAP"
 SANDBOX_UID_VARIABLE = "APPLIANCE_SANDBOX_UID"
 DEFAULT_SANDBOX_UID = 1_999_999_999
 WORK_FOLDER = "/work"
+#: the child's side (run with -c, never imported) and its flag for sealing the device nodes alone
+HARNESS = Path(__file__).with_name("harness.py")
+SEAL_ONLY = "--seal-only"
 #: the fix `kernel_isolation_problem`'s messages end with
 HOW_TO_FIX = "install bubblewrap (apt-get install bubblewrap) on a kernel that allows user namespaces"
 #: the host's device nodes bound into the child's /dev: usable, and remounted read-only by the harness
@@ -172,8 +176,12 @@ def bwrap_command(bwrap: str, disk_mb: int, inner: list[str], info_fd: int | Non
 
 @functools.cache
 def _probe(bwrap: str) -> str | None:
+    """Why bubblewrap cannot start the harness's first step here (seal the device nodes, drop the
+    capabilities), or None when it can."""
+    harness = HARNESS.read_text(encoding="utf-8")
+    inner = [runtime_interpreter(), "-I", "-S", "-c", harness, SEAL_ONLY, *device_nodes()]
     try:
-        command, options = launch(bwrap_command(bwrap, 1, [runtime_interpreter(), "-I", "-S", "-c", "pass"]))
+        command, options = launch(bwrap_command(bwrap, 1, inner))
         result = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, **options)
     except (OSError, subprocess.SubprocessError, SandboxUnavailable) as error:
         return f"bubblewrap ({bwrap}) could not start: {error}"

@@ -32,6 +32,7 @@ from typing import IO, Any, Literal
 from appliance.sandbox.cases import TestCase, judge_case
 from appliance.sandbox.cgroups import Layout, RunCgroup, find_layout
 from appliance.sandbox.isolation import (
+    HARNESS,
     WORK_FOLDER,
     SandboxUnavailable,
     bwrap_command,
@@ -45,7 +46,6 @@ from appliance.sandbox.isolation import (
 from appliance.sandbox.limits import SandboxLimits
 from appliance.sandbox.seccomp import filter_program
 
-HARNESS = Path(__file__).with_name("harness.py")
 Status = Literal["passed", "failed", "not_loaded", "timeout", "killed", "no_code"]
 #: how the child is isolated: by the kernel (bubblewrap), or only by itself (the user's explicit choice)
 Isolation = Literal["kernel", "unsafe"]
@@ -103,13 +103,13 @@ def run_tests(
         # the parent keeps these descriptors and reads through them: the child cannot take them away
         stdout, stderr, results = (files.enter_context((root / name).open("w+b")) for name in _OUTPUTS)
         claims = files.enter_context(_Claims())
-        payload["claims_fd"] = claims.write_end
+        outputs = _Outputs(stdout, stderr, results, claims)
         if isolation == "unsafe":
             payload["root"] = str(work)  # where the child may write
-            kernel, seen = UNSAFE, _supervise(inner, payload, (stdout, stderr, results), limits, work=work)
+            kernel, seen = UNSAFE, _supervise(inner, payload, outputs, limits, work=work)
         else:
             payload["root"] = WORK_FOLDER
-            kernel, seen = _supervise_isolated(inner, payload, (stdout, stderr, results), limits)
+            kernel, seen = _supervise_isolated(inner, payload, outputs, limits)
         wall = time.perf_counter() - started
         flooded = any(os.fstat(f.fileno()).st_size >= limits.output_kb * 1024 for f in (stdout, stderr, results))
         lines = _tail(results).splitlines()
@@ -126,13 +126,15 @@ class _Claims:
     def __init__(self) -> None:
         self.read_end, self.write_end = os.pipe()
         os.set_inheritable(self.write_end, False)  # passed to the child by number only (pass_fds)
+        #: the number the child inherits it under (the parent's own is closed once the child started)
+        self.write_end_in_child = self.write_end
 
     def __enter__(self) -> _Claims:
         return self
 
     def read(self) -> str:
         """What the harness wrote (the child has ended: its end of the pipe is closed), at most LIMIT bytes."""
-        self._close_write_end()
+        self.close_write_end()
         os.set_blocking(self.read_end, False)
         chunks: list[bytes] = []
         with contextlib.suppress(BlockingIOError):
@@ -140,14 +142,25 @@ class _Claims:
                 chunks.append(chunk)
         return b"".join(chunks)[: self.LIMIT].decode("utf-8", errors="replace")
 
-    def _close_write_end(self) -> None:
+    def close_write_end(self) -> None:
+        """Once the child holds its copy: nothing but the child can then write to the pipe."""
         if self.write_end >= 0:
             os.close(self.write_end)
             self.write_end = -1
 
     def __exit__(self, *exc: object) -> None:
-        self._close_write_end()
+        self.close_write_end()
         os.close(self.read_end)
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """Where the child's stdout, stderr, results and isolation claim go (the parent's descriptors)."""
+
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+    results: IO[bytes]
+    claims: _Claims
 
 
 _OUTPUTS = ("stdout", "stderr", "results")
@@ -165,7 +178,7 @@ class _Seen:
 
 
 def _supervise_isolated(
-    inner: list[str], payload: dict[str, Any], outputs: tuple[IO[bytes], IO[bytes], IO[bytes]], limits: SandboxLimits
+    inner: list[str], payload: dict[str, Any], outputs: _Outputs, limits: SandboxLimits
 ) -> tuple[str, _Seen]:
     """The child under bubblewrap, held before it runs until it is in its own cgroup; when it
     returns, every process of that cgroup is ended."""
@@ -178,6 +191,7 @@ def _supervise_isolated(
     group = RunCgroup.create(layout, memory_bytes=memory, tasks=limits.tasks)
     info_read, info_write = os.pipe()
     still_open = [info_read, info_write]
+    sandbox_pid1: list[int] = []  # a pidfd of the sandbox's pid 1, once bubblewrap names it
 
     def close(descriptor: int) -> None:
         # once only: a number closed twice may by then be another thread's file (DuckDB's, say)
@@ -198,7 +212,6 @@ def _supervise_isolated(
                     sandbox_pid1.append(os.pidfd_open(inside))
                     group.add(inside)
 
-        sandbox_pid1: list[int] = []
         seen = _supervise(
             command, payload, outputs, limits, extra_fds=(info_write,), started=into_cgroup, options=options
         )
@@ -221,7 +234,9 @@ def _reap_if_ours(pidfd: int, wait_s: float = 5.0) -> None:
     wait for it or keep a zombie. The pidfd names that very process, never a later one with its pid,
     so no other thread's child is ever reaped here."""
     try:
-        select.select([pidfd], [], [], wait_s)  # readable once it has exited (the cgroup was just ended)
+        exited = select.poll()
+        exited.register(pidfd, select.POLLIN)
+        exited.poll(wait_s * 1000)  # readable once it has exited (the cgroup was just ended)
         with contextlib.suppress(ChildProcessError):  # not ours: bubblewrap or init reaps it
             os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
     finally:
@@ -278,7 +293,7 @@ def _child_pid(info: int, wait_s: float) -> int | None:
 def _supervise(
     command: list[str],
     payload: dict[str, Any],
-    outputs: tuple[IO[bytes], IO[bytes], IO[bytes]],
+    outputs: _Outputs,
     limits: SandboxLimits,
     *,
     work: Path | None = None,
@@ -288,7 +303,7 @@ def _supervise(
 ) -> _Seen:
     """Start the child with stdout, stderr and results going to files; the results file is an inherited
     descriptor named in the payload. Kill the child's whole session at the limit."""
-    stdout, stderr, results = outputs
+    stdout, stderr, results, claims = outputs.stdout, outputs.stderr, outputs.results, outputs.claims
     child = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
@@ -297,10 +312,11 @@ def _supervise(
         cwd=work or "/",
         env={"PATH": "/usr/bin:/bin", "HOME": str(work or "/"), "TMPDIR": str(work or "/"), "LANG": "C.UTF-8"},
         start_new_session=True,
-        pass_fds=(results.fileno(), payload["claims_fd"], *extra_fds),
+        pass_fds=(results.fileno(), claims.write_end, *extra_fds),
         **(options or {}),
     )
-    payload = payload | {"results_fd": results.fileno()}
+    claims.close_write_end()
+    payload = payload | {"results_fd": results.fileno(), "claims_fd": claims.write_end_in_child}
     try:
         if started is not None:
             started(child)

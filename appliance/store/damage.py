@@ -17,8 +17,19 @@ from appliance.store.database import duckdb
 #: every store file this process opened, in order (a query's error does not say which file it read)
 _opened: list[Path] = []
 
-#: errors in the SQL text itself: bugs of ours, never a store's damage
-_NOT_DAMAGE: tuple[type[duckdb.Error], ...] = (duckdb.ParserException, duckdb.BinderException)
+#: DuckDB errors that say nothing of the file's blocks: mistakes in our SQL (parser, binder, catalog,
+#: constraint), an interrupted query, memory, a transaction conflict; they keep their own handling
+_NOT_DAMAGE: tuple[type[duckdb.Error], ...] = (
+    duckdb.ParserException,
+    duckdb.BinderException,
+    duckdb.CatalogException,
+    duckdb.ConstraintException,
+    duckdb.InterruptException,
+    duckdb.OutOfMemoryException,
+    duckdb.TransactionException,
+)
+#: another process holds the file: busy, not damaged (opening waits for it; see store.connect_waiting)
+_LOCKED = ("could not set lock", "conflicting lock")
 
 
 def note_opened(path: Path) -> None:
@@ -27,7 +38,8 @@ def note_opened(path: Path) -> None:
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
-    """`error`, the exceptions it was raised from or during, and those a group holds."""
+    """`error`, the exceptions it was raised from (or during, where that context is shown), and those a
+    group holds."""
     seen: set[int] = set()
     pending = [error]
     while pending:
@@ -36,7 +48,8 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(current))
         yield current
-        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+        context = None if current.__suppress_context__ else current.__context__
+        pending += [e for e in (current.__cause__, context) if e is not None]
         if isinstance(current, BaseExceptionGroup):
             pending += list(current.exceptions)
 
@@ -44,7 +57,8 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 def store_damage(error: BaseException) -> duckdb.Error | None:
     """The DuckDB error behind `error` that means the file could not be read, if there is one."""
     for link in _chain(error):
-        if isinstance(link, duckdb.Error) and not isinstance(link, _NOT_DAMAGE):
+        locked = any(words in str(link).lower() for words in _LOCKED)
+        if isinstance(link, duckdb.Error) and not isinstance(link, _NOT_DAMAGE) and not locked:
             return link
     return None
 
