@@ -312,7 +312,10 @@ def quality_scorer(request: GenerationRequest) -> TokenScores:
     level = int(qualities[-1]) if qualities else 5
     noise = random.Random(text).uniform(-0.3, 0.3)
     words = max(1, len(request.scoring.continuation.split()))
-    return TokenScores(token_logprobs=tuple([-(10 - level) / 3 + noise] * words))
+    # a comparison read: the choices (A, B) as likely as the qualities shown as A and as B
+    shown = [int(q) for q in qualities[-len(request.scoring.choices) :]] if request.scoring.choices else []
+    choices = tuple(-(10 - q) / 3 + noise for q in shown)
+    return TokenScores(token_logprobs=tuple([-(10 - level) / 3 + noise] * words), choice_logprobs=choices)
 
 
 def feature_judges(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Backend:
@@ -529,6 +532,8 @@ def test_pairs_are_judged_by_the_difference_of_their_features(tmp_path: Path) ->
     assert report["model"]["kind"] == "pair_features"
     assert report["panel_calibrated"]["agreement"]["value"] >= 0.85  # chance is about 0.5
     assert report["features"]["smollm2-135m"]["logprob"]["agreement"]["value"] >= 0.85
+    # the direct comparison, read in both orders, tells as much; its slot lean is noise only
+    assert report["features"]["smollm2-135m"]["preference"]["agreement"]["value"] >= 0.85
 
 
 def test_the_scoring_bench_shares_prefixes_and_times_the_raw_prefill_of_the_same_requests(

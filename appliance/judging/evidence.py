@@ -217,20 +217,18 @@ def calibration_sentence(run: RunView, ids: list[str]) -> str:
 
 def figure_evidence(run: RunView, panel: str | None, headline: Headline, family: str) -> list[FigureEvidence]:
     """The evidence of every judged figure of `headline` (a family's figures of one run)."""
-    panel_name = panel or run.panel
-    found = []
     figures = [(metric, headline.units) for metric in headline.metrics]
     figures += [(figure.metric, figure.units) for figure in headline.within_run]
-    for metric, units in figures:
-        if metric.judged_by is None:
-            continue
-        ids = sorted(
-            {
-                s.calibration_id
-                for s in run.scores(panels=[panel_name], metrics=[metric.judged_by])
-                if s.calibration_id is not None
-            }
-        )
+    judged = [(metric, units) for metric, units in figures if metric.judged_by is not None]
+    if not judged:
+        return []
+    # an imported run (published results) names no panel: its stored scores are whoever's they are
+    panel_name = panel or str((run.config.get("panel") or {}).get("name", ""))
+    found = []
+    for metric, units in judged:
+        assert metric.judged_by is not None
+        scores = run.scores(panels=[panel_name] if panel_name else None, metrics=[metric.judged_by])
+        ids = sorted({s.calibration_id for s in scores if s.calibration_id is not None})
         found.append(
             FigureEvidence(
                 figure=f"{family}.{metric.name}",

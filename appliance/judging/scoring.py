@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from statistics import fmean
 
-from appliance.client import ModelClient
+from appliance.client import EpisodeFailed, ModelClient
 from appliance.engine.types import ScoredText
 from appliance.judging.scoring_templates import (
     BASELINE,
@@ -118,5 +118,7 @@ async def comparison_features(
             for n, prompt in enumerate(prompts)
         )
     )
+    if any(len(s.choice_logprobs) != 2 for s in scores):
+        raise EpisodeFailed(f"judge '{judge}' returned no probabilities for the comparison's two choices")
     shown_first, shown_second = (s.choice_logprobs[0] - s.choice_logprobs[1] for s in scores)
     return {PREFERENCE: (shown_first - shown_second) / 2, POSITION_LEAN: (shown_first + shown_second) / 2}

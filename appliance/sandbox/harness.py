@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import re
 import resource
 import signal
 import sys
@@ -123,9 +124,9 @@ def seal_devices(nodes: list[str]) -> dict[str, str]:
     if libc.capset(ctypes.byref(header), data) != 0:
         raise SystemExit(f"sandbox: dropping capabilities failed: {os.strerror(ctypes.get_errno())}")
     with open("/proc/self/status", encoding="ascii") as proc_status:
-        status = dict(line.split(":", 1) for line in proc_status.read().splitlines() if ":" in line)
-    held = {key: status[key].strip() for key in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
-    if any(int(value, 16) for value in held.values()):
+        status = dict(re.findall(r"^(Cap\w+):\s*([0-9a-fA-F]+)\s*$", proc_status.read(), flags=re.MULTILINE))
+    held = {key: status.get(key, "unknown") for key in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
+    if any(value == "unknown" or int(value, 16) for value in held.values()):
         raise SystemExit(f"sandbox: capabilities still held: {held}")
     return {"devices": f"{len(nodes)} nodes read-only" if nodes else "the host's", "capabilities": "none"}
 
