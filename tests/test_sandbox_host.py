@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,6 +329,23 @@ def _request() -> dict[str, Any]:
     }
 
 
+@contextmanager
+def delegated_cgroups(layout: Layout, name: str) -> Iterator[list[Path]]:
+    """A cgroup `name` under each of the layout's parents, handed to the ordinary user (what
+    `systemd-run --user -p Delegate=yes` does for a real user), removed with whatever runs left in it."""
+    folders = [parent / name for parent in layout.parents]
+    for folder in folders:
+        folder.mkdir()
+        for path in [folder, *(folder / f for f in ("cgroup.procs", "tasks", "cgroup.subtree_control"))]:
+            if path.exists():
+                os.chown(path, ORDINARY_UID, ORDINARY_UID)
+    try:
+        yield folders
+    finally:
+        for folder in folders:
+            subprocess.run(["rmdir", *(str(p) for p in folder.iterdir() if p.is_dir()), str(folder)], check=False)
+
+
 def as_ordinary_user(uid: int, argv: list[str], env: dict[str, str], stdin: str) -> subprocess.CompletedProcess[str]:
     """`argv` run as `uid` (no groups) in a mount namespace where the project and its interpreter
     are reachable (they may sit under root's home), without changing the host's modes."""
@@ -361,13 +379,7 @@ def host_runs() -> Iterator[dict[str, Any]]:
             case.code, list(case.cases), LIMITS, audit_hook=False, seccomp=case.layers != NAMESPACES
         )
     delegated = f"appliance-test-user-{os.getpid()}"
-    folders = [parent / delegated for parent in layout.parents]
-    for folder in folders:  # what `systemd-run --user -p Delegate=yes` does for a real user
-        folder.mkdir()
-        for path in [folder, *(folder / f for f in ("cgroup.procs", "tasks", "cgroup.subtree_control"))]:
-            if path.exists():
-                os.chown(path, ORDINARY_UID, ORDINARY_UID)
-    try:
+    with delegated_cgroups(layout, delegated) as folders:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", CGROUP_VARIABLE: delegated}
         done = as_ordinary_user(
             ORDINARY_UID, [sys.executable, "-m", "tests.sandbox_probe"], env, json.dumps(_request())
@@ -376,9 +388,6 @@ def host_runs() -> Iterator[dict[str, Any]]:
         as_user = {name: TestRun(**values) for name, values in zip(HOST, json.loads(done.stdout), strict=True)}
         left = {"root": run_groups_left(layout, f"appliance-sandbox-{os.getpid()}-"), "ordinary user": []}
         left["ordinary user"] = [str(p) for folder in folders for p in folder.iterdir() if p.is_dir()]
-    finally:
-        for folder in folders:
-            subprocess.run(["rmdir", *(str(p) for p in folder.iterdir() if p.is_dir()), str(folder)], check=False)
     yield {"root": as_root, "ordinary user": as_user, "before": before, "after": host_state(), "left": left}
 
 
@@ -426,17 +435,8 @@ def test_a_subreaper_appliance_keeps_no_zombie_of_a_timed_out_run() -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
     as_root = subprocess.run(probe, input=json.dumps(request), capture_output=True, text=True, cwd=REPO, timeout=300)
     delegated = f"appliance-reaper-user-{os.getpid()}"
-    folders = [parent / delegated for parent in layout.parents]
-    for folder in folders:
-        folder.mkdir()
-        for path in [folder, *(folder / f for f in ("cgroup.procs", "tasks", "cgroup.subtree_control"))]:
-            if path.exists():
-                os.chown(path, ORDINARY_UID, ORDINARY_UID)
-    try:
+    with delegated_cgroups(layout, delegated):
         as_user = as_ordinary_user(ORDINARY_UID, probe, env | {CGROUP_VARIABLE: delegated}, json.dumps(request))
-    finally:
-        for folder in folders:
-            subprocess.run(["rmdir", *(str(p) for p in folder.iterdir() if p.is_dir()), str(folder)], check=False)
     for who, done in (("root", as_root), ("ordinary user", as_user)):
         assert done.returncode == 0, f"{who}: {done.stderr[-3000:]}"
         results = json.loads(done.stdout)
