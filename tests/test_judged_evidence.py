@@ -200,6 +200,10 @@ def test_the_cli_report_json_and_export_carry_the_evidence(tmp_path: Path) -> No
     assert exported.returncode == 0, exported.stderr
     written = json.loads((tmp_path / "export" / "judged_figures.json").read_text())
     assert {f["figure"] for f in written} == set(figures)
+    # the page shows each figure's evidence under its own leaderboard table (its data, inlined)
+    page = tmp_path / "page.html"
+    assert cli("view", "--out", str(page), "--db", str(db)).returncode == 0
+    assert '"evidence": ["simulbench.rating (1-10, compared scripts): uncalibrated' in page.read_text()
 
 
 def test_compare_says_where_the_panel_did_not_separate_base_from_candidate(tmp_path: Path) -> None:

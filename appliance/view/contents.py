@@ -11,7 +11,7 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -22,7 +22,7 @@ from appliance.compare.gate import Thresholds, compare_runs, player_pairs, share
 from appliance.compare.sweep import SweepResult, run_sweep_results
 from appliance.errors import ApplianceError
 from appliance.headline import Estimate, Headline, Unit, estimate
-from appliance.scenarios.registry import build_scenario_report, family_entry
+from appliance.scenarios.registry import build_scenario_report, family_entry, scenario_evidence
 from appliance.scenarios.spec import family_of
 from appliance.stats import bootstrap_interval
 from appliance.store import Store
@@ -43,6 +43,9 @@ class MetricBoard:
     rows: list[Estimate]
     #: per group (clembench's games), one estimate per player: {group: [Estimate]}
     groups: dict[str, list[Estimate]] = field(default_factory=dict)
+    #: a judged figure's calibration, and the line saying the panel did not separate the players where
+    #: it did not (`appliance.judging.evidence`); empty for a figure the rules compute
+    evidence: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,9 @@ def _scenario_board(store: Store, run_id: str, scenario: str, seed: int) -> Scen
     entry = family_entry(family_of(scenario))
     metrics: list[MetricBoard] = []
     if entry.headline is not None:
-        metrics = _metric_boards(entry.headline(RunView(store, run_id, scenario), None), seed)
+        evidence = {e.figure: e.lines() for e in scenario_evidence(store, run_id, scenario)}
+        boards = _metric_boards(entry.headline(RunView(store, run_id, scenario), None), seed)
+        metrics = [replace(b, evidence=evidence.get(f"{entry.name}.{b.metric}", [])) for b in boards]
     return ScenarioBoard(
         run_id=run_id,
         scenario=scenario,

@@ -66,6 +66,7 @@ function boardsSection() {
           el("td", { class: "num" }, interval(row.ci)), el("td", { class: "num" }, row.n)));
       }
       part.append(table, el("div", { class: "note" }, metric.description));
+      for (const line of metric.evidence) part.append(el("div", { class: "note evidence" }, line));
     }
     const plots = el("div", { class: "plots" });
     part.append(plots);
