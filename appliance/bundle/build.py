@@ -35,6 +35,7 @@ from packaging.utils import (
 )
 
 from appliance import __version__
+from appliance.bundle.debs import deb_name_and_version
 from appliance.bundle.manifest import (
     BundleError,
     BundleFile,
@@ -207,7 +208,8 @@ class BundleBuilder:
             wanted = [deb_name_and_version(Path(name)) for name in filenames if not (folder / name).exists()]
             print(f"bundle: downloading {' and '.join(packages)} with {len(filenames) - 1} dependencies", flush=True)
             if wanted:
-                subprocess.run(["apt-get", "download", "-qq", *(f"{n}={v}" for n, v in wanted)], cwd=folder, check=True)
+                download = ["apt-get", "download", "-qq", "-o", "APT::Sandbox::User=root"]
+                subprocess.run([*download, *(f"{n}={v}" for n, v in wanted)], cwd=folder, check=True)
             for filename in filenames:
                 if filename not in claimed:
                     self.add(folder / filename, group, "deb")
@@ -218,19 +220,17 @@ class BundleBuilder:
 
 def deb_closure(packages: Sequence[str]) -> list[str]:
     """The .deb file names of the packages and every dependency they need on a Debian with nothing installed."""
-    with tempfile.NamedTemporaryFile() as empty_status:
-        command = ["apt-get", "-o", f"Dir::State::status={empty_status.name}", "install", "--no-install-recommends"]
+    # an empty dpkg status (nothing installed) and an empty archive cache (apt leaves out what it holds)
+    with tempfile.NamedTemporaryFile() as empty_status, tempfile.TemporaryDirectory() as empty_cache:
+        (Path(empty_cache) / "partial").mkdir()
+        options = ["-o", f"Dir::State::status={empty_status.name}", "-o", f"Dir::Cache::archives={empty_cache}"]
+        command = ["apt-get", *options, "install", "--no-install-recommends"]
         printed = subprocess.run(
             [*command, "--print-uris", "-qq", "-y", *packages], capture_output=True, text=True, check=False
         )
     if printed.returncode != 0:
         raise BundleError(f"apt-get cannot list {' '.join(packages)}: {printed.stderr.strip().splitlines()[-1:]}")
     return [line.split()[1] for line in printed.stdout.splitlines() if line.startswith("'")]
-
-
-def deb_name_and_version(path: Path) -> tuple[str, str]:
-    name, version, _ = path.name.removesuffix(".deb").split("_")
-    return name, version.replace("%3a", ":")
 
 
 def library_sha256(wheel: Path) -> str:

@@ -1,8 +1,9 @@
 """Install Debian packages from a checked bundle: `python3 -m appliance.bundle.debs DIR bubblewrap`.
 
 Standard library only (the target's system Python runs it). Only the bundle's .debs whose package is
-not installed here are handed to apt-get, so nothing installed is replaced or downgraded; apt-get
-resolves their dependencies against what is installed plus those files, and never downloads.
+not installed here, or installed at an older version, are handed to apt-get, so nothing is
+downgraded; apt-get resolves their dependencies against what is installed plus those files, and
+never downloads.
 """
 
 from __future__ import annotations
@@ -16,27 +17,40 @@ from pathlib import Path
 from appliance.bundle.manifest import BundleError, read_manifest
 
 
-def package_of(deb: str) -> str:
-    return Path(deb).name.split("_", 1)[0]
+def deb_name_and_version(deb: str | Path) -> tuple[str, str]:
+    """apt's file names are NAME_VERSION_ARCH.deb, an epoch's ':' written %3a."""
+    name, version, _ = Path(deb).name.removesuffix(".deb").split("_")
+    return name, version.replace("%3a", ":")
 
 
-def installed(package: str) -> bool:
-    status = subprocess.run(
-        ["dpkg-query", "--show", "--showformat=${db:Status-Status}", package],
+def installed_version(package: str) -> str | None:
+    shown = subprocess.run(
+        ["dpkg-query", "--show", "--showformat=${db:Status-Status} ${Version}", package],
         capture_output=True,
         text=True,
         check=False,
     )
-    return status.stdout.strip() == "installed"
+    status, _, version = shown.stdout.strip().partition(" ")
+    return version if status == "installed" else None
+
+
+def older(installed: str, bundled: str) -> bool:
+    return subprocess.run(["dpkg", "--compare-versions", installed, "lt", bundled], check=False).returncode == 0
 
 
 def missing_debs(bundle: Path, packages: list[str]) -> list[Path]:
+    """The closure's .debs whose package is absent here or older than the bundle's (never a downgrade)."""
     manifest = read_manifest(bundle)
     absent = [package for package in packages if package not in manifest.debs]
     if absent:
         raise BundleError(f"{bundle}: the bundle holds no Debian package {absent[0]!r} (built with apt-get absent?)")
-    needed = sorted({deb for package in packages for deb in manifest.debs[package]})
-    return [bundle / deb for deb in needed if not installed(package_of(deb))]
+    needed = []
+    for deb in sorted({deb for package in packages for deb in manifest.debs[package]}):
+        name, version = deb_name_and_version(deb)
+        have = installed_version(name)
+        if have is None or older(have, version):
+            needed.append(bundle / deb)
+    return needed
 
 
 def main(argv: list[str] | None = None) -> int:

