@@ -1,9 +1,8 @@
 """Install Debian packages from a checked bundle: `python3 -m appliance.bundle.debs DIR bubblewrap`.
 
 Standard library only (the target's system Python runs it). Only the bundle's .debs whose package is
-not installed here, or installed at an older version, are handed to apt-get, so nothing is
-downgraded; apt-get resolves their dependencies against what is installed plus those files, and
-never downloads.
+not installed here are handed to apt-get, so nothing installed is replaced; apt-get resolves their
+dependencies against what is installed plus those files, and never downloads.
 """
 
 from __future__ import annotations
@@ -23,34 +22,28 @@ def deb_name_and_version(deb: str | Path) -> tuple[str, str]:
     return name, version.replace("%3a", ":")
 
 
-def installed_version(package: str) -> str | None:
+def installed(package: str) -> bool:
     shown = subprocess.run(
-        ["dpkg-query", "--show", "--showformat=${db:Status-Status} ${Version}", package],
+        ["dpkg-query", "--show", "--showformat=${db:Status-Status}", package],
         capture_output=True,
         text=True,
         check=False,
     )
-    status, _, version = shown.stdout.strip().partition(" ")
-    return version if status == "installed" else None
-
-
-def older(installed: str, bundled: str) -> bool:
-    return subprocess.run(["dpkg", "--compare-versions", installed, "lt", bundled], check=False).returncode == 0
+    return shown.stdout.strip() == "installed"
 
 
 def missing_debs(bundle: Path, packages: list[str]) -> list[Path]:
-    """The closure's .debs whose package is absent here or older than the bundle's (never a downgrade)."""
+    """The closure's .debs whose package is not installed here.
+
+    An installed package is left as it is, even where the bundle's is newer: upgrading one (libcap2,
+    say) makes apt upgrade its siblings (libcap2-bin), which the closure does not hold.
+    """
     manifest = read_manifest(bundle)
     absent = [package for package in packages if package not in manifest.debs]
     if absent:
         raise BundleError(f"{bundle}: the bundle holds no Debian package {absent[0]!r} (built with apt-get absent?)")
-    needed = []
-    for deb in sorted({deb for package in packages for deb in manifest.debs[package]}):
-        name, version = deb_name_and_version(deb)
-        have = installed_version(name)
-        if have is None or older(have, version):
-            needed.append(bundle / deb)
-    return needed
+    needed = sorted({deb for package in packages for deb in manifest.debs[package]})
+    return [bundle / deb for deb in needed if not installed(deb_name_and_version(deb)[0])]
 
 
 def main(argv: list[str] | None = None) -> int:
