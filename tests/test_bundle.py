@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from appliance.bundle import plan as bundle_plan
-from appliance.bundle.debs import deb_name_and_version, missing_debs
-from appliance.bundle.manifest import BundleError, BundleFile, Manifest, entry_for, this_machine, this_python
+from appliance.bundle.debs import install, write_index
+from appliance.bundle.manifest import BundleError, Manifest, entry_for, this_machine, this_python
 from appliance.bundle.plan import GROUP_EXTRAS, NOT_BUNDLED, declared_extras, plan_bundle, unbundled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,15 +130,35 @@ def test_make_install_offline_needs_a_bundle() -> None:
     assert "make install-offline needs BUNDLE=DIR" in done.stderr
 
 
-@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="no dpkg here: the bundle's .debs are for Debian")
-def test_only_debs_of_packages_absent_here_are_handed_to_apt(tmp_path: Path) -> None:
+def probe_deb(folder: Path, name: str, depends: str = "") -> str:
+    """A tiny real .deb (no files, only its control), built with dpkg-deb."""
+    root = folder / f"{name}-root"
+    (root / "DEBIAN").mkdir(parents=True)
+    control = f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: appliance tests <t@example.org>\n"
+    control += (f"Depends: {depends}\n" if depends else "") + "Description: a probe of the bundle's apt repository\n"
+    (root / "DEBIAN" / "control").write_text(control)
+    deb = folder / f"{name}_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], capture_output=True, check=True)
+    shutil.rmtree(root)
+    return f"debs/{deb.name}"
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="no apt here: the bundle's .debs are for Debian")
+def test_apt_reads_the_bundle_alone_and_installs_only_what_is_needed(tmp_path: Path) -> None:
+    """Simulated (apt-get -s): the top package pulls its dependency from the bundle, not the unneeded one."""
     bundle = small_bundle(tmp_path / "bundle")
-    older_than_installed = "debs/coreutils_0.1_amd64.deb"  # never a downgrade
-    newer_than_installed = "debs/libc6_999%3a1.0_amd64.deb"  # nor an upgrade (its siblings are not bundled)
-    absent = "debs/appliance-nonexistent-package_1.0_amd64.deb"
-    debs = [older_than_installed, newer_than_installed, absent]
-    entries = [BundleFile(path, *deb_name_and_version(path), "debs-x", "deb", "0", 0) for path in debs]
-    Manifest(this_python(), this_machine(), "0.1.0", "abc", "2026-12-06", entries, debs={"tool": debs}).write(bundle)
-    assert missing_debs(bundle, ["tool"]) == [bundle / absent]
+    (bundle / "debs").mkdir()
+    debs = [
+        probe_deb(bundle / "debs", "appliance-probe-lib", depends="coreutils"),
+        probe_deb(bundle / "debs", "appliance-probe-tool", depends="appliance-probe-lib (>= 1.0)"),
+        probe_deb(bundle / "debs", "appliance-probe-unneeded"),
+    ]
+    write_index(bundle / "debs")
+    Manifest(
+        this_python(), this_machine(), "0.1.0", "abc", "2026-12-06", [], debs={"appliance-probe-tool": debs}
+    ).write(bundle)
+    planned = install(bundle, ["appliance-probe-tool"], simulate=True)
+    installs = sorted(line.split()[1] for line in planned.splitlines() if line.startswith("Inst "))
+    assert installs == ["appliance-probe-lib", "appliance-probe-tool"]
     with pytest.raises(BundleError, match="the bundle holds no Debian package 'chromium'"):
-        missing_debs(bundle, ["chromium"])
+        install(bundle, ["chromium"], simulate=True)

@@ -35,7 +35,7 @@ from packaging.utils import (
 )
 
 from appliance import __version__
-from appliance.bundle.debs import deb_name_and_version
+from appliance.bundle.debs import deb_name_and_version, write_index
 from appliance.bundle.manifest import (
     BundleError,
     BundleFile,
@@ -216,6 +216,8 @@ class BundleBuilder:
                     claimed.add(filename)
             for package in packages:
                 self.deb_closures[package] = [f"debs/{filename}" for filename in filenames]
+        index = write_index(folder)
+        self.entries.append(entry_for(self.out, index, name="apt index", version="", group="debs-index", kind="index"))
 
 
 def deb_closure(packages: Sequence[str]) -> list[str]:
