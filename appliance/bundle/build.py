@@ -105,12 +105,20 @@ class BundleBuilder:
             pip("download", "--quiet", "--dest", str(wheels), "--constraint", str(pins), "--requirement", str(listing))
             listing.unlink()
             for path in sorted(files_in(wheels) - before):
-                if path.name.endswith(".whl"):
+                if self.holds(*name_and_version(path)):  # an sdist bundled already, as a wheel built from it
+                    path.unlink()
+                elif path.name.endswith(".whl"):
                     self.add(path, group, "wheel")
                 elif canonicalize_name(name_and_version(path)[0]) == LLAMA:
                     self.llama_cpp(path, group)
                 else:
                     self.wheel_from_sdist(path, wheels, group)
+
+    def holds(self, name: str, version: str) -> bool:
+        return any(
+            canonicalize_name(entry.name) == canonicalize_name(name) and entry.version == version
+            for entry in self.entries
+        )
 
     def wheel_from_sdist(self, sdist: Path, wheels: Path, group: str) -> None:
         before = files_in(wheels)
