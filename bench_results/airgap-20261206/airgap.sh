@@ -26,7 +26,7 @@ airgapped() {
 	local home=$1; shift
 	mkdir -p "$home"
 	env -i PATH="$PATH" HOME="$home" LANG=C.UTF-8 unshare --net --mount -- bash -c \
-		'mount -t tmpfs none /opt && ip -brief link && cd "$0" && "$@"' "$@"
+		'mount -t tmpfs none /opt && ip -brief link >&2 && cd "$0" && "$@"' "$@"
 }
 
 echo "== 2. one wheel removed ($(stamp))"
@@ -49,7 +49,7 @@ echo "install-offline: $((SECONDS - start)) s; bwrap $(command -v bwrap || echo 
 start=$SECONDS
 airgapped "$WORK/home" "$WORK/clone" .venv/bin/appliance run --db "$WORK/run.duckdb" --json > "$WORK/run.json"
 echo "appliance run: $((SECONDS - start)) s"
-python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['summary']; print({k: s[k] for k in s if k.startswith('episodes') or k == 'run_id'})" "$WORK/run.json"
+python3 -c "import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']; print({k: s[k] for k in s if k.startswith('episodes') or k == 'run_id'})" "$WORK/run.json"
 
 if [ -n "${FROM_SOURCE:-}" ]; then
 	echo "== 4. install-offline with LLAMA_FROM_SOURCE=1 ($(stamp))"
