@@ -227,7 +227,8 @@ def test_referencegame_wrong_pick_loses_and_languages_have_their_own_tags() -> N
     assert (outcome.status, outcome.main_score) == ("lose", 0.0)
     outcome, _ = play(german, lambda seat, said: "Expression: the cross")  # the English tag breaks the German rules
     assert outcome.status == "aborted"
-    assert {i.language for i in family if i.game == "referencegame"} == {"en", "de", "fr"}
+    # clembench's multilingual languages that we could write, beside English (Telugu and Turkmen left out)
+    assert {i.language for i in family if i.game == "referencegame"} == {"en", "de", "it", "pt", "tr", "zh", "ja"}
 
 
 def test_privateshared_probe_parsing_and_kappa() -> None:
@@ -266,13 +267,43 @@ def test_generation_is_seeded_and_covers_every_game() -> None:
     assert {i.game for i in first.instances} == set(GAMES)
 
 
+@pytest.mark.parametrize(
+    ("language", "describe", "answer_prefix", "run_on"),
+    [
+        ("zh", "描述：一个十字", "答案：", "方格图"),  # no space ends a Chinese word: the answer may run on
+        ("ja", "説明：十字の形", "答え：", "です"),
+        ("tr", "İfade: bir haç", "Cevap: ", ""),
+    ],
+)
+def test_referencegame_in_the_papers_other_languages_reads_its_own_answers(
+    language: str, describe: str, answer_prefix: str, run_on: str
+) -> None:
+    family = generate_instance_set(DATA, 0).instances
+    instance = next(i for i in family if i.game == "referencegame" and i.language == language)
+    right = instance.params["target_names"][0]
+    wrong = next(a for a in instance.params["answers"] if a != right)
+    for pick, expected in ((right, ("success", 100.0)), (wrong, ("lose", 0.0))):
+        reply = answer_prefix + pick + run_on
+
+        def replies(seat: str, said: list[str], reply: str = reply) -> str:
+            return describe if seat != "guesser" else reply
+
+        outcome, _ = play(instance, replies)
+        assert (outcome.status, outcome.main_score) == expected
+    if language == "tr":  # a word-spaced language still needs the answer word to end
+        outcome, _ = play(instance, lambda seat, said: describe if seat != "guesser" else f"{answer_prefix}{right}lik")
+        assert outcome.status == "aborted"
+
+
 def test_limit_counts_per_game_row_and_spreads_over_experiments() -> None:
-    """A row is a game in one language, as the report keeps them: German and French get their own episodes."""
+    """A row is a game in one language, as the report keeps them: each other language gets its own episodes."""
     family = load_family("clembench", seed=1)
     assert isinstance(family, ClembenchFamily)
     chosen = [i for i in family.select_instances(family.instances(), 2, 0) if isinstance(i, ClemInstance)]
     rows = Counter(game_row(i.game, i.language) for i in chosen)
-    assert rows == dict.fromkeys([*GAMES, "referencegame_de", "referencegame_fr"], 2)
+    assert rows == dict.fromkeys(
+        [*GAMES, *(f"referencegame_{code}" for code in ("de", "it", "pt", "tr", "zh", "ja"))], 2
+    )
     assert all(len({i.experiment for i in chosen if game_row(i.game, i.language) == row}) == 2 for row in rows)
     default = family.select_instances(family.instances(), MIN_EPISODES_PER_ROW, 0)
     assert len(default) == len(rows) * MIN_EPISODES_PER_ROW  # the default run: 10 episodes in every row
@@ -305,9 +336,9 @@ def test_cross_play_pairs_models_in_two_player_games_and_reports_pairs(tmp_path:
     with Store.open(tmp_path / "db.duckdb") as store:
         summary = Runner(catalog, store, factory).execute(config, [family])
         report = build_clem_report(RunView(store, summary.run_id, "clembench"))
-    # --limit 1 plays one instance per game row: referencegame has three (en, de, fr)
-    two_player = 6  # wordle_withcritic, taboo, imagegame, referencegame x 3
-    assert summary.episodes_total == (len(GAMES) + 2) * 2 + two_player * 2
+    # --limit 1 plays one instance per game row: referencegame has seven (en, de, it, pt, tr, zh, ja)
+    two_player = 10  # wordle_withcritic, taboo, imagegame, referencegame x 7
+    assert summary.episodes_total == (len(GAMES) + 6) * 2 + two_player * 2
     rows = {row.player: row for row in report.rows}
     assert set(rows) == set(players), "clemscore is ranked on self-play only"
     crossed = {row.player: row for row in report.cross_play}

@@ -252,9 +252,10 @@ def test_scenarios_list_counts_instances() -> None:
     assert set(pingpong["languages"]) == {"en", "de"}
     assert simulatebench["name"] == "simulatebench"
     assert simulatebench["instances"] == 6 * (1 + 3 * 4)  # six characters, three variants of each of four fields
-    assert clembench["name"] == "clembench" and set(clembench["languages"]) == {"en", "de", "fr"}
-    # clembench's own default: ten episodes in each of nine game rows (referencegame in en, de, fr)
-    assert clembench["default_run"] == 9 * 10
+    assert clembench["name"] == "clembench"
+    assert set(clembench["languages"]) == {"en", "de", "it", "pt", "tr", "zh", "ja"}
+    # clembench's own default: ten episodes in each of thirteen game rows (referencegame in seven languages)
+    assert clembench["default_run"] == 13 * 10
     assert simulbench["name"] == "simulbench" and simulbench["instances"] == 32 * 3  # tasks x dialogues
     assert simulbench["default_run"] == 6 * 3  # --limit counts tasks; every dialogue of a chosen task
     assert deepeval["name"] == "deepeval" and deepeval["instances"] == 6 * 3  # tasks x first-wave repetitions

@@ -68,12 +68,12 @@ def test_public_goods_payoffs_follow_the_rules() -> None:
     assert result.gains == pytest.approx([8.0, 18.0, 8.0, 18.0])
     nobody = settle_round([0, 0, 0], endowment=10, alpha=2.0)
     assert nobody.income == 0 and nobody.gains == [10, 10, 10]
-    assert parse_investment('{"reason": "half", "amount": 5}', 10) == parse_investment(
-        '{"amount": 5, "reason": "half"}', 10
+    assert parse_investment('{"reason": "half", "coins": 5}', 10) == parse_investment(
+        '{"coins": 5, "reason": "half"}', 10
     )
-    assert parse_investment('{"reason": "all", "amount": 10}', 10).amount == 10
-    for bad in ('{"reason": "x", "amount": 11}', '{"amount": -1}', '{"amount": 2.5}', '{"amount": "5"}',
-                '{"amount": true}', "five coins", "[5]"):  # fmt: skip
+    assert parse_investment('{"reason": "all", "coins": 10}', 10).amount == 10
+    for bad in ('{"reason": "x", "coins": 11}', '{"coins": -1}', '{"coins": 2.5}', '{"coins": "5"}',
+                '{"coins": true}', "five coins", "[5]"):  # fmt: skip
         investment = parse_investment(bad, 10)
         assert investment.violation and investment.amount == 0, bad
 
@@ -226,7 +226,7 @@ def scripted_models(catalog: Catalog, spec: ModelSpec, *, parallel: int) -> Scri
             return json.dumps(verdict)
         if seat.startswith("Player") and request.grammar is not None:
             repetition = int(re.findall(r"/r(\d+):", episode)[-1])
-            return json.dumps({"reason": "r", "amount": 10 if good and repetition % 2 == 0 else 0})
+            return json.dumps({"reason": "r", "coins": 10 if good and repetition % 2 == 0 else 0})
         if seat.startswith("Player"):
             if not good:
                 return "I pass"
@@ -388,6 +388,9 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
     # self-play public goods alternates 60 (all give 10) and 50 coins: never within 0.05 x its range of 80,
     # so played to max
     assert needed["public_goods_mode1"] == (4, False) and needed["public_goods_mode2"] == (4, False)
+    # the paper's spread (its box plots, the least and most won): 60, 50, 60, 50 coins
+    spreads = {row.task: row.payoff.spread for row in report.symmetric if row.task.startswith("public_goods")}
+    assert spreads == {"public_goods_mode1": (50, 50, 55, 60, 60), "public_goods_mode2": (50, 50, 55, 60, 60)}
     # outcomes (chain points) are judged by a Wilson interval: two identical results are not enough;
     # the judges' constant ratings of both writer-editor tasks are
     assert needed["idiom_chain"] == (4, False)

@@ -21,6 +21,7 @@ from appliance.scenarios.deepeval.report import (
     DeepEvalReport,
     build_deepeval_report,
     chain_marginals,
+    five_numbers,
 )
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import task_specs
@@ -31,6 +32,12 @@ from appliance.view import collect_contents
 from tests.test_deepeval_rules import DATA, IDIOMS, MODELS, REPO, WORDS, deepeval_config, scripted_models
 
 SETTINGS = DeepEvalSettings.load(DATA / "deepeval.toml")
+
+
+def test_the_spread_is_the_box_plots_five_numbers() -> None:
+    assert five_numbers([10.0, 40.0, 20.0, 50.0, 30.0]) == (10.0, 20.0, 30.0, 40.0, 50.0)
+    assert five_numbers([50.0, 30.0]) == (30.0, 35.0, 40.0, 45.0, 50.0)  # inclusive quartiles interpolate
+    assert five_numbers([7.0]) == (7.0,) * 5 and five_numbers([]) is None
 
 
 def test_wilson_interval_matches_the_hand_computed_bounds() -> None:

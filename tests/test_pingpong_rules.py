@@ -363,7 +363,13 @@ def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path
 
 
 def _episode(
-    run_id: str, player: str, index: int, reply: str, scores: Mapping[str, float | None], finished: bool = True
+    run_id: str,
+    player: str,
+    index: int,
+    reply: str,
+    scores: Mapping[str, float | None],
+    finished: bool = True,
+    language: str | None = None,
 ) -> EpisodeRecord:
     return hand_episode(
         run_id,
@@ -372,7 +378,7 @@ def _episode(
         player,
         scores=scores,
         panel="default",
-        metadata={"judging": "conversation"},
+        metadata={"judging": "conversation", **({"language": language} if language else {})},
         messages=[("interrogator", "hi"), ("player", reply)] * 2,
         error=None if finished else "failed",
     )
@@ -411,6 +417,53 @@ def test_length_normalisation_and_refusals_as_the_authors_leaderboard(tmp_path: 
     assert length_factor(2000.0, 200.0) == pytest.approx(1 + 0.07 * (0.1 - 1))
     assert length_factor(1e9, 200.0) >= 0.93
     assert length_factor(None, 200.0) == 1.0
+
+
+def test_each_language_has_its_own_leaderboard_and_length_median_as_in_the_paper(tmp_path: Path) -> None:
+    def judged(final: float) -> dict[str, float]:
+        return {"in_character": final, "entertaining": final, "fluent": final, "final": final, "refusal": 0.0}
+
+    played = [  # player, reply, final, language
+        ("terse", "a" * 100, 4.0, "en"),
+        ("terse", "a" * 100, 2.0, "en"),
+        ("wordy", "b" * 300, 3.0, "en"),
+        ("terse", "a" * 400, 5.0, "de"),
+        ("wordy", "b" * 200, 1.0, "de"),
+    ]
+
+    def episodes(run_id: str, languages: set[str]) -> list[EpisodeRecord]:
+        return [
+            _episode(run_id, player, index, reply, judged(final), language=language)
+            for index, (player, reply, final, language) in enumerate(played)
+            if language in languages
+        ]
+
+    config = {"scenarios": ["pingpong"], "panel": {"name": "default", "judges": ["j"]}}
+    with Store.open(tmp_path / "languages.duckdb") as store:
+        store_hand_run(store, "both", config, episodes("both", {"en", "de"}))
+        board = build_leaderboard(RunView(store, "both", "pingpong"))
+        store_hand_run(store, "english", config, episodes("english", {"en"}))
+        english_only = build_leaderboard(RunView(store, "english", "pingpong"))
+    tables = {table.language: table for table in board.by_language}
+    assert list(tables) == ["de", "en"] and board.language is None
+    en, de = ({row.model: row for row in tables[name].rows} for name in ("en", "de"))
+    # English: mean lengths 100 and 300, median 200; German: 400 and 200, median 300
+    assert tables["en"].median_of_mean_lengths == 200.0 and tables["de"].median_of_mean_lengths == 300.0
+    assert en["terse"].final == pytest.approx(3.0) and en["wordy"].final == pytest.approx(3.0)
+    assert en["wordy"].length_factor == pytest.approx(1 + 0.07 * (200 / 300 - 1)) and en["terse"].length_factor == 1
+    assert de["terse"].length_factor == pytest.approx(1 + 0.07 * (300 / 400 - 1)) and de["wordy"].length_factor == 1
+    assert de["terse"].ln_score == pytest.approx(5.0 * (1 + 0.07 * (300 / 400 - 1)))
+    # pooled (ours): terse's replies 4 x 100 and 2 x 400 chars average 200, wordy's 250; median 225
+    pooled = {row.model: row for row in board.rows}
+    assert board.median_of_mean_lengths == 225.0
+    assert pooled["terse"].final == pytest.approx(11 / 3) and pooled["wordy"].final == pytest.approx(2.0)
+    assert english_only.language == "en" and english_only.by_language == []
+    assert [row.model_dump() for row in english_only.rows] == [row.model_dump() for row in tables["en"].rows]
+    console = Console(record=True, width=400)
+    print_leaderboard(console, board)
+    text = console.export_text()
+    assert text.index("language 'de' (as the paper reports)") < text.index("language 'en' (as the paper reports)")
+    assert "de, en pooled (ours; the paper reports each language apart)" in text
 
 
 def test_under_a_likelihood_panel_the_length_factor_scales_the_calibrated_score_and_refusals_are_not_measured(

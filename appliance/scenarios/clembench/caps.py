@@ -27,9 +27,22 @@ _PROSE = {
         "Die Form in der Mitte des Gitters sieht aus wie ein hoher Buchstabe mit einem kurzen Balken oben, "
         "und die Felder rundherum bleiben leer, damit sie deutlich hervortritt. "
     ),
-    "fr": (
-        "La forme au milieu de la grille ressemble à une grande lettre avec une courte barre en haut, "
-        "et les cases tout autour restent vides pour qu'elle ressorte nettement. "
+    "it": (
+        "La forma al centro della griglia sembra una lettera alta con una breve barra in cima, "
+        "e le caselle tutto intorno restano vuote così che risalti chiaramente. "
+    ),
+    "pt": (
+        "A forma no meio da grade parece uma letra alta com uma barra curta no topo, "
+        "e as casas em volta ficam vazias para que ela se destaque com clareza. "
+    ),
+    "tr": (
+        "Izgaranın ortasındaki şekil, tepesinde kısa bir çubuk olan uzun bir harfe benziyor "
+        "ve çevresindeki hücreler boş bırakıldığı için açıkça göze çarpıyor. "
+    ),
+    "zh": "方格图中间的图形像一个高高的字母，顶上有一条短横线，四周的格子都是空的，所以它非常显眼。",
+    "ja": (
+        "グリッドの真ん中の形は、上に短い横棒がある背の高い文字のように見え、"
+        "周りのマスはすべて空なのではっきり目立ちます。"
     ),
 }
 

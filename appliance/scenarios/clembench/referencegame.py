@@ -67,7 +67,8 @@ def referencegame_instances(folder: Path, rng: random.Random, count: int) -> lis
                     ),
                     "giver_pattern": rf"^{re.escape(need(spec, 'expression_tag', path))}\s*(?P<content>.+)",
                     "guesser_pattern": rf"^{re.escape(need(spec, 'answer_tag', path))}\s*"
-                    rf"(?P<response>{'|'.join(map(re.escape, answers))}|1|2|3)\b",
+                    rf"(?P<response>{'|'.join(map(re.escape, answers))}|1|2|3)"
+                    + (r"\b" if spec.get("answer_ends_word", True) else ""),
                     "target_names": [answers[order.index(0)], str(order.index(0) + 1)],
                     "expression_tag": need(spec, "expression_tag", path),
                     "answer_tag": need(spec, "answer_tag", path),

@@ -46,7 +46,7 @@ def parse_investment(text: str, endowment: int) -> Investment:
         return Investment(0, "", True)
     if not isinstance(data, dict):
         return Investment(0, "", True)
-    amount, reason = data.get("amount"), data.get("reason")
+    amount, reason = data.get("coins"), data.get("reason")  # the paper's keys: a reason, then the coins
     reason_text = reason if isinstance(reason, str) else ""
     if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= endowment:
         return Investment(0, reason_text, True)
@@ -63,7 +63,7 @@ def investment_grammar(reason_max_chars: int) -> str:
     whether the amount is within the rules is still the player's choice."""
     return "\n".join(
         [
-            f'root ::= "{{\\"reason\\": \\"" char{{0,{reason_max_chars}}} "\\", \\"amount\\": " number "}}"',
+            f'root ::= "{{\\"reason\\": \\"" char{{0,{reason_max_chars}}} "\\", \\"coins\\": " number "}}"',
             "number ::= [0-9] | [1-9] [0-9] | [1-9] [0-9] [0-9]",
             'char ::= [^"\\\\\\x00-\\x1f]',
         ]

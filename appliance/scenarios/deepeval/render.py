@@ -19,7 +19,18 @@ def _table(title: str, columns: list[str], left: int = 1) -> Table:
 
 
 def _payoff_table(title: str, rows: list[PayoffRow], with_role: bool) -> Table:
-    columns = ["task", "model", *(["role"] if with_role else []), "payoff", "95% CI", "n", "±", "stable", "also"]
+    columns = [
+        "task",
+        "model",
+        *(["role"] if with_role else []),
+        "payoff",
+        "95% CI",
+        "min-max",
+        "n",
+        "±",
+        "stable",
+        "also",
+    ]
     table = _table(title, columns, left=3 if with_role else 2)
     for row in rows:
         extras = ", ".join(f"{name} {_number(value)}" for name, value in row.extras.items())
@@ -30,6 +41,7 @@ def _payoff_table(title: str, rows: list[PayoffRow], with_role: bool) -> Table:
             *([row.role] if with_role else []),
             _number(cell.mean),
             _interval(cell.ci),
+            _interval((cell.spread[0], cell.spread[-1]) if cell.spread else None),
             str(cell.n),
             f"{_number(cell.half_width)} of {_number(cell.limit)}",
             "yes" if cell.stable else "no",

@@ -16,7 +16,7 @@ they are now, and says so).
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import mean
+from statistics import mean, quantiles
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -42,6 +42,9 @@ class PayoffCell(BaseModel):
     #: the interval's half-width and the widest the rule allows (tolerance x range)
     half_width: float | None = None
     limit: float = 0.0
+    #: the spread over games as the paper shows it (its box plots, and the range from the least to the
+    #: most a model won): minimum, lower quartile, median, upper quartile, maximum
+    spread: tuple[float, float, float, float, float] | None = None
 
 
 class PayoffRow(BaseModel):
@@ -206,9 +209,20 @@ def _payoff_rows(
                 kind=payoff.kind,
                 half_width=judged.half_width,
                 limit=judged.limit,
+                spread=five_numbers(values),
             )
             rows.append(PayoffRow(task=task, title=spec.title, model=model, role=role, payoff=cell, extras=extras))
     return rows
+
+
+def five_numbers(values: list[float]) -> tuple[float, float, float, float, float] | None:
+    """Minimum, quartiles (inclusive, as a box plot of these games draws them) and maximum."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return (values[0],) * 5
+    low, middle, high = quantiles(values, n=4, method="inclusive")
+    return (min(values), low, middle, high, max(values))
 
 
 def chain_positions(episodes: list[StoredEpisode]) -> list[ChainPositions]:

@@ -238,6 +238,7 @@ class PingPongFamily(JudgedFamily):
 
     async def play(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:
         assert isinstance(instance, PingPongInstance)
+        ctx.metadata["language"] = instance.language  # the paper's leaderboards are per language
         player_view, interrogator_view = self.conversation_views(instance)
         turns = ctx.max_turns or instance.situation.turns
         for turn in range(turns):

@@ -13,7 +13,18 @@ CRITERION_HEADERS = {"entertaining": "entert.", "fluent": "fluent"}
 
 
 def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
-    console.print(_leaderboard_table(board))
+    """The paper's per-language tables first, then the pooled one (ours), then what the columns mean."""
+    for table in board.by_language:
+        console.print(_leaderboard_table(table, f"language '{table.language}' (as the paper reports)"))
+        console.print(
+            f"median of the models' mean reply lengths in '{table.language}': "
+            f"{_number(table.median_of_mean_lengths, 0)} chars."
+        )
+    if board.by_language:
+        languages = ", ".join(str(table.language) for table in board.by_language)
+        console.print(_leaderboard_table(board, f"{languages} pooled (ours; the paper reports each language apart)"))
+    else:
+        console.print(_leaderboard_table(board, f"language '{board.language}'" if board.language else ""))
     ended = {row.model: row.ended_early for row in board.rows if row.ended_early}
     if ended:
         console.print(
@@ -38,11 +49,9 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         console.print(f"Panels scored in this run: {', '.join(board.panels)} (choose with --panel).")
 
 
-def _leaderboard_table(board: PingPongLeaderboard) -> Table:
-    table = Table(
-        title=f"{board.scenario} leaderboard, run {board.run_id} ({board.status}), panel '{board.panel}'",
-        title_justify="left",
-    )
+def _leaderboard_table(board: PingPongLeaderboard, scope: str) -> Table:
+    title = f"{board.scenario} leaderboard, run {board.run_id} ({board.status}), panel '{board.panel}'"
+    table = Table(title=f"{title}, {scope}" if scope else title, title_justify="left")
     for column in (
         "model",
         "LN score",

@@ -12,6 +12,11 @@ it were dropped when its scores were made, so it is scored by the other
 judges, or not at all. A panel that did not judge refusals (a likelihood
 panel) leaves the ratio empty ("not measured"), never 0.
 
+Languages, as the paper reports them: one leaderboard per language (the authors' table script runs
+once per language folder, each with its own length median and ranking), then the languages pooled
+into one table, which is ours. A run stored before episodes recorded their language has the pooled
+table only.
+
 Length normalisation, as the authors' leaderboard computes it: each
 conversation's score is multiplied by x = 1 + 0.07 * (median_len / avg_len - 1),
 clamped to [0.93, 1], where avg_len is the model's mean player-reply length in
@@ -83,6 +88,10 @@ class PingPongLeaderboard(BaseModel):
     criterion_calibrations: dict[str, dict[str, object]] = {}
     #: every panel whose scores this run holds
     panels: list[str] = []
+    #: the language of this table's conversations; None where it pools several (or they were not recorded)
+    language: str | None = None
+    #: the paper's tables: one per language, each with its own length median (empty for one language)
+    by_language: list[PingPongLeaderboard] = []
 
 
 LENGTH_PENALTY = 0.07
@@ -99,6 +108,7 @@ def length_factor(model_mean: float | None, median_of_means: float | None) -> fl
 
 
 def build_leaderboard(run: RunView, panel: str | None = None) -> PingPongLeaderboard:
+    """The pooled leaderboard, with the paper's per-language tables inside it when the run has several."""
     panels = run.scored_panels()
     panel = panel or run.panel
     if panels and panel not in panels:
@@ -109,6 +119,30 @@ def build_leaderboard(run: RunView, panel: str | None = None) -> PingPongLeaderb
         raise ApplianceError(f"{run.where}: run '{run.run_id}' has no {run.scenario} episodes")
     messages = run.messages()
     scores = run.scores(panels=[panel])
+    languages = sorted({str(e.metadata["language"]) for e in episodes if "language" in e.metadata})
+    pooled = _board(run, panel, panels, episodes, messages, scores)
+    if len(languages) == 1:
+        return pooled.model_copy(update={"language": languages[0]})
+    pooled.by_language = [
+        _board(run, panel, panels, in_language, messages, scores).model_copy(update={"language": language})
+        for language in languages
+        if (in_language := [e for e in episodes if e.metadata.get("language") == language])
+    ]
+    return pooled
+
+
+def _board(
+    run: RunView,
+    panel: str,
+    panels: list[str],
+    episodes: list[StoredEpisode],
+    messages: list[StoredMessage],
+    scores: list[StoredScore],
+) -> PingPongLeaderboard:
+    """One table over these episodes: their own length median, rows and calibrations."""
+    ids = {episode.episode_id for episode in episodes}
+    messages = [message for message in messages if message.episode_id in ids]
+    scores = [score for score in scores if score.episode_id in ids]
     players = sorted({episode.player for episode in episodes})
     mean_lengths, median_of_means = reply_lengths(episodes, messages)
     judging = judging_mode(episodes)
