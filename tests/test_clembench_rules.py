@@ -4,7 +4,6 @@ generators, published instances and the golden aggregation of clemcore's referen
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -91,8 +90,7 @@ def perfect(instance: ClemInstance) -> Responder:
                 return str(p["target_grid"])
             return "Instruction: draw the whole figure" if len(said) == 1 else "Instruction: DONE"
         if instance.game == "referencegame":
-            answer_tag = re.search(r"\^(.+?)\\s", p["guesser_pattern"]).group(1).replace("\\", "")  # type: ignore[union-attr]
-            tag = re.search(r"\^(.+?)\\s", p["giver_pattern"]).group(1).replace("\\", "")  # type: ignore[union-attr]
+            answer_tag, tag = p["answer_tag"], p["expression_tag"]  # our instances carry their tags
             return f"{tag} the one" if seat == "instruction giver" else f"{answer_tag} {p['target_names'][0]}"
         # privateshared: answer the asked slot; a slot is known once its request was asked
         last, earlier = said[-1], " ".join(said[:-1])
@@ -290,6 +288,17 @@ def test_referencegame_in_the_papers_other_languages_reads_its_own_answers(
 
         outcome, _ = play(instance, replies)
         assert (outcome.status, outcome.main_score) == expected
+    if language == "tr":  # the prompt's own spelling, capital dotted I, names the second grid too
+        second = instance.params["answers"][1]
+        expected = ("success", 100.0) if second in instance.params["target_names"] else ("lose", 0.0)
+        outcome, _ = play(instance, lambda seat, said: describe if seat != "guesser" else "Cevap: İkinci")
+        assert (outcome.status, outcome.main_score) == expected
+    if language in ("zh", "ja"):  # an ASCII colon closes the tag as well as the full-width one
+        outcome, _ = play(
+            instance,
+            lambda seat, said: describe.replace("：", ":") if seat != "guesser" else f"{answer_prefix[:-1]}:{right}",
+        )
+        assert (outcome.status, outcome.main_score) == ("success", 100.0)
     if language == "tr":  # a word-spaced language still needs the answer word to end
         outcome, _ = play(instance, lambda seat, said: describe if seat != "guesser" else f"{answer_prefix}{right}lik")
         assert outcome.status == "aborted"

@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,8 @@ from appliance.bundle.plan import GROUP_EXTRAS, NOT_BUNDLED, PROJECT, Plan, plan
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = "llama-cpp-python"
+#: the runtime versions, for the target's pip (`--constraint`): the Makefile names this file
+CONSTRAINTS = "constraints.txt"
 LLAMA_LIBRARY = "llama_cpp/lib/libllama.so"
 #: build requirements scikit-build-core adds when the target has no (recent enough) cmake or ninja
 BUILD_TOOLS = ("cmake>=3.21", "ninja")
@@ -183,29 +186,29 @@ class BundleBuilder:
                 self.wheel_from_sdist(path, folder, "build")
 
     def project(self) -> str:
+        """The committed tree as a source archive, and the project's wheel built from that archive
+        (not from the working folder, whose build/ may hold modules deleted since)."""
         folder = self.out / "project"
         folder.mkdir(exist_ok=True)
-        pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(folder), str(REPO))
-        self.add(next(folder.glob(f"{PROJECT}-*.whl")), "project", "wheel")
         commit = git("rev-parse", "HEAD")
         source = folder / f"{PROJECT}-{__version__}-{commit[:12]}-src.tar.gz"
-        subprocess.run(
-            [
-                "git",
-                "-C",
-                str(REPO),
-                "archive",
-                "--format=tar.gz",
-                f"--prefix={PROJECT}-src/",
-                "-o",
-                str(source),
-                commit,
-            ],
-            check=True,
-        )
+        archive = ["git", "-C", str(REPO), "archive", "--format=tar.gz", f"--prefix={PROJECT}-src/", "-o", str(source)]
+        subprocess.run([*archive, commit], check=True)
+        with tempfile.TemporaryDirectory() as scratch, tarfile.open(source) as tree:
+            tree.extractall(scratch, filter="data")
+            pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(folder), str(Path(scratch) / f"{PROJECT}-src"))
+        self.add(next(folder.glob(f"{PROJECT}-*.whl")), "project", "wheel")
         entry = entry_for(self.out, source, name=PROJECT, version=__version__, group="project", kind="source")
         self.entries.append(entry)
         return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+    def constraints(self) -> None:
+        """Each runtime distribution's version, so that pip takes no other copy from build/ (a newer
+        setuptools or packaging a build backend asked for) than the venv ran."""
+        runtime = sorted({(entry.name, entry.version) for entry in self.entries if entry.path.startswith("wheels/")})
+        path = self.out / CONSTRAINTS
+        path.write_text("".join(f"{name}=={version}\n" for name, version in runtime), encoding="utf-8")
+        self.entries.append(entry_for(self.out, path, name="constraints", version="", group="core", kind="constraints"))
 
     def debs(self) -> None:
         folder = self.out / "debs"
@@ -252,17 +255,15 @@ def library_sha256(wheel: Path) -> str:
 
 
 def this_cpu() -> dict[str, object]:
-    model, flags = platform.processor(), []
+    """The CPU the llama.cpp wheel was compiled for (-march=native): its model name and flags."""
     cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = sorted(value.split())
-                break
-    return {"cpu": model, "cpu_flags": flags}
+    text = cpuinfo.read_text(encoding="utf-8") if cpuinfo.is_file() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE)
+    return {
+        "cpu": model.group(1).strip() if model else platform.processor(),
+        "cpu_flags": sorted(flags.group(1).split()) if flags else [],
+    }
 
 
 def git(*args: str) -> str:
@@ -292,6 +293,7 @@ def build(out: Path, extras: Sequence[str], *, with_debs: bool, tar: bool) -> Ma
     pins.write_text("\n".join(pin.requirement() for pin in plan_bundle(list(GROUP_EXTRAS)).pins) + "\n")
     builder.distributions(plan, pins)
     pins.unlink()
+    builder.constraints()
     commit = builder.project()
     if with_debs:
         if shutil.which("apt-get") is None:
@@ -336,7 +338,9 @@ def write_readme(out: Path, manifest: Manifest) -> None:
 Built {manifest.created} from commit {manifest.commit} for Python {manifest.python} on {manifest.machine}
 (Debian {manifest.debian or "-"}). `manifest.json` lists every file with its sha256 and size.
 
-On the target machine (Python {manifest.python}, a C/C++ compiler and CMake; root to install the .debs):
+On the target machine: Python {manifest.python}; a C/C++ compiler and CMake only where llama.cpp must be
+rebuilt (the bundle also carries cmake's and ninja's wheels, for a machine without them: not tried);
+root to install the .debs.
 
 ```sh
 tar -xzf project/{PROJECT}-*-src.tar.gz       # or a clone of the same commit (`make test` reads git)

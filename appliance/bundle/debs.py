@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,28 +72,39 @@ def installed(package: str) -> bool:
     return shown.stdout.strip() == "installed"
 
 
-def apt_get(options: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *options, *args], env=environment, capture_output=True, text=True, check=False)
-
-
 def install(bundle: Path, packages: list[str], *, simulate: bool = False) -> str:
-    """Install the packages from the bundle; returns apt-get's output. A failure is one line."""
+    """Install the packages from the bundle; returns apt-get's output. A failure is one line.
+
+    apt plans first (`-s`): a plan that would upgrade an installed package (the bundle was built on a
+    newer point release, say) is refused, and the install itself runs with `--no-remove`, so the
+    host's own packages are never replaced or removed.
+    """
     manifest = read_manifest(bundle)
     absent = [package for package in packages if package not in manifest.debs]
     if absent:
         raise BundleError(f"{bundle}: the bundle holds no Debian package {absent[0]!r} (built without apt-get?)")
+    install_options = ("-y", "-qq", "--no-install-recommends", "--no-remove")
     with tempfile.TemporaryDirectory(prefix="appliance-apt-") as scratch:
         options = apt_options(bundle, Path(scratch))
-        steps = [("update", "-qq"), ("install", "-y", "-qq", "--no-install-recommends", *(["-s"] if simulate else []))]
-        output = ""
-        for step in steps:
-            done = apt_get(options, *step, *(packages if step[0] == "install" else ()))
-            output += done.stdout
-            if done.returncode != 0:
-                reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                raise BundleError(f"apt-get {step[0]} from {bundle}/debs failed for {' '.join(packages)}: {reason}")
-    return output
+        apt_step(options, bundle, packages, "update", "-qq")
+        plan = apt_step(options, bundle, packages, "install", *install_options, "-s", *packages)
+        # "Inst NAME [INSTALLED] (NEW ...)": the bracket right after the name holds an installed version
+        upgrades = [found.group(1) for line in plan.splitlines() if (found := re.match(r"Inst (\S+) \[", line))]
+        if upgrades:
+            raise BundleError(
+                f"installing {' '.join(packages)} from {bundle}/debs would upgrade installed packages "
+                f"({', '.join(upgrades)}): build the bundle on this machine's Debian point release"
+            )
+        return plan if simulate else apt_step(options, bundle, packages, "install", *install_options, *packages)
+
+
+def apt_step(options: list[str], bundle: Path, packages: list[str], *args: str) -> str:
+    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    done = subprocess.run(["apt-get", *options, *args], env=environment, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise BundleError(f"apt-get {args[0]} from {bundle}/debs failed for {' '.join(packages)}: {reason}")
+    return done.stdout
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,8 +134,10 @@ def problems(folder: Path, manifest: Manifest) -> list[str]:
     for entry in manifest.files:
         listed.add(entry.path)
         path = folder / entry.path
-        if not path.is_file():
-            found.append(f"{path}: missing from the bundle ({entry.describe()})")
+        if entry.path.startswith("/") or ".." in entry.path.split("/"):
+            found.append(f"{folder / MANIFEST}: the entry {entry.path!r} points outside the bundle")
+        elif path.is_symlink() or not path.is_file():
+            found.append(f"{path}: missing from the bundle, or not a plain file ({entry.describe()})")
         elif path.stat().st_size != entry.size or file_sha256(path) != entry.sha256:
             found.append(f"{path}: damaged, its sha256 differs from the manifest's ({entry.describe()})")
     for name in CHECKED_FOLDERS:

@@ -9,6 +9,7 @@ fails (tests/test_bundle.py), so a new dependency cannot slip past the air-gap i
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -55,8 +56,16 @@ class Plan:
         return [pin for pin in self.pins if pin.group == name]
 
 
+def site_paths() -> list[str]:
+    """The venv's own site-packages: a folder a library puts on sys.path (setuptools' vendored
+    packages) holds no distribution the venv installed."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
 def installed_distributions() -> dict[str, metadata.Distribution]:
-    return {canonicalize_name(dist.metadata["Name"]): dist for dist in metadata.distributions()}
+    dists = metadata.distributions(path=site_paths())
+    return {canonicalize_name(dist.metadata["Name"]): dist for dist in dists}
 
 
 def declared_extras() -> set[str]:

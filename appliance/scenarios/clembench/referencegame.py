@@ -36,10 +36,19 @@ async def play(table: GameTable, params: dict[str, Any]) -> Outcome:
     if answer is None:
         raise table.requests.broken("the guesser's reply does not name a grid after the answer tag")
     table.requests.ok()
-    picked = answer.group("response").strip().lower()
-    correct = picked in [name.lower() for name in params["target_names"]]
+    picked = answer.group("response").strip()
+    # the pattern's own case rule: "İkinci" is "ikinci" there, while str.lower() gives "i̇kinci"
+    correct = any(re.fullmatch(re.escape(name), picked, re.IGNORECASE) for name in params["target_names"])
     extra: dict[str, float | None] = {"Generated Expression Length": float(len(described))}
     return Outcome("success" if correct else "lose", 100.0 if correct else 0.0, extra)
+
+
+FULLWIDTH_COLON = "\uff1a"
+
+
+def tag_pattern(tag: str) -> str:
+    """The tag as written, its closing colon ASCII or full-width: a Chinese or Japanese reply may use either."""
+    return re.escape(tag[:-1]) + f"[:{FULLWIDTH_COLON}]" if tag.endswith((":", FULLWIDTH_COLON)) else re.escape(tag)
 
 
 def referencegame_instances(folder: Path, rng: random.Random, count: int) -> list[ClemInstance]:
@@ -65,8 +74,8 @@ def referencegame_instances(folder: Path, rng: random.Random, count: int) -> lis
                     "guesser_prompt": need(spec, "guesser", path).format(
                         first=grids[order[0]], second=grids[order[1]], third=grids[order[2]]
                     ),
-                    "giver_pattern": rf"^{re.escape(need(spec, 'expression_tag', path))}\s*(?P<content>.+)",
-                    "guesser_pattern": rf"^{re.escape(need(spec, 'answer_tag', path))}\s*"
+                    "giver_pattern": rf"^{tag_pattern(need(spec, 'expression_tag', path))}\s*(?P<content>.+)",
+                    "guesser_pattern": rf"^{tag_pattern(need(spec, 'answer_tag', path))}\s*"
                     rf"(?P<response>{'|'.join(map(re.escape, answers))}|1|2|3)"
                     + (r"\b" if spec.get("answer_ends_word", True) else ""),
                     "target_names": [answers[order.index(0)], str(order.index(0) + 1)],
