@@ -91,10 +91,9 @@ class BundleBuilder:
 
     def add(self, path: Path, group: str, kind: str, built_for: dict[str, object] | None = None) -> None:
         name, version = name_and_version(path) if kind != "deb" else deb_name_and_version(path)
-        entry = entry_for(self.out, path, name=name, version=version, group=group, kind=kind)
-        if built_for:
-            entry = BundleFile(**{**entry.__dict__, "built_for": built_for})
-        self.entries.append(entry)
+        self.entries.append(
+            entry_for(self.out, path, name=name, version=version, group=group, kind=kind, built_for=built_for)
+        )
 
     def distributions(self, plan: Plan, pins: Path) -> None:
         wheels = self.out / "wheels"
@@ -108,11 +107,12 @@ class BundleBuilder:
             pip("download", "--quiet", "--dest", str(wheels), "--constraint", str(pins), "--requirement", str(listing))
             listing.unlink()
             for path in sorted(files_in(wheels) - before):
-                if self.holds(*name_and_version(path)):  # an sdist bundled already, as a wheel built from it
+                name, version = name_and_version(path)
+                if self.holds(name, version):  # an sdist bundled already, as a wheel built from it
                     path.unlink()
                 elif path.name.endswith(".whl"):
                     self.add(path, group, "wheel")
-                elif canonicalize_name(name_and_version(path)[0]) == LLAMA:
+                elif canonicalize_name(name) == LLAMA:
                     self.llama_cpp(path, group)
                 else:
                     self.wheel_from_sdist(path, wheels, group)
@@ -282,7 +282,8 @@ def build(out: Path, extras: Sequence[str], *, with_debs: bool, tar: bool) -> Ma
         raise BundleError(f"EXTRAS: {unknown[0]!r} cannot be bundled ({reason})")
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"{out}: not empty; a bundle is written into a new folder")
-    missed = unbundled(plan_bundle(list(GROUP_EXTRAS)))
+    everything = plan_bundle(list(GROUP_EXTRAS))
+    missed = unbundled(everything)
     if missed:
         raise BundleError(f"installed in the venv but reached by no extra of {PROJECT}: {', '.join(missed)}")
     out.mkdir(parents=True, exist_ok=True)
@@ -290,7 +291,7 @@ def build(out: Path, extras: Sequence[str], *, with_debs: bool, tar: bool) -> Ma
     plan = plan_bundle(groups)
     builder = BundleBuilder(out, groups)
     pins = out / ".venv-pins.txt"
-    pins.write_text("\n".join(pin.requirement() for pin in plan_bundle(list(GROUP_EXTRAS)).pins) + "\n")
+    pins.write_text("\n".join(pin.requirement() for pin in everything.pins) + "\n")
     builder.distributions(plan, pins)
     pins.unlink()
     builder.constraints()

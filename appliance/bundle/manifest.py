@@ -95,7 +95,9 @@ def file_sha256(path: Path) -> str:
         return stream_sha256(handle)
 
 
-def entry_for(folder: Path, path: Path, *, name: str, version: str, group: str, kind: str) -> BundleFile:
+def entry_for(
+    folder: Path, path: Path, *, name: str, version: str, group: str, kind: str, built_for: dict[str, Any] | None = None
+) -> BundleFile:
     return BundleFile(
         path=path.relative_to(folder).as_posix(),
         name=name,
@@ -104,6 +106,7 @@ def entry_for(folder: Path, path: Path, *, name: str, version: str, group: str, 
         kind=kind,
         sha256=file_sha256(path),
         size=path.stat().st_size,
+        built_for=built_for or {},
     )
 
 

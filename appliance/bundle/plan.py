@@ -12,6 +12,7 @@ import importlib.metadata as metadata
 import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -96,6 +97,12 @@ def plan_bundle(groups: Sequence[str]) -> Plan:
     return plan
 
 
+@cache
+def marker_environment() -> dict[str, str]:
+    """This machine's values for requirement markers (python_version, sys_platform, ...), read once."""
+    return {marker: str(value) for marker, value in default_environment().items()}
+
+
 def _walk(
     name: str,
     extras: set[str],
@@ -108,8 +115,7 @@ def _walk(
     if seen is not None and extras <= seen:
         return
     walked.setdefault(key, set()).update(extras)
-    base: dict[str, str] = {marker: str(value) for marker, value in default_environment().items()}
-    environments = [{**base, "extra": extra} for extra in ["", *sorted(walked[key])]]
+    environments = [{**marker_environment(), "extra": extra} for extra in ["", *sorted(walked[key])]]
     for line in installed[key].requires or []:
         requirement = Requirement(line)
         if requirement.marker is not None and not any(requirement.marker.evaluate(env) for env in environments):
