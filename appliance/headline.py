@@ -23,7 +23,7 @@ class Unit:
     #: the player label whose unit this is (a model name, or "A--B" in cross-play)
     player: str
     values: Mapping[str, float | None]
-    #: a grouping some statistics need (clembench's game)
+    #: a grouping some statistics need (clembench's game), and the page's per-group view (PingPong's language)
     group: str = ""
 
 

@@ -23,6 +23,7 @@ from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
 from appliance.store import EpisodeRecord, JudgmentRecord, Store
 from appliance.store.run_view import RunView
+from appliance.view import collect_contents
 from tests.fakes import conversation_of, forget_episode, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -444,6 +445,7 @@ def test_each_language_has_its_own_leaderboard_and_length_median_as_in_the_paper
         board = build_leaderboard(RunView(store, "both", "pingpong"))
         store_hand_run(store, "english", config, episodes("english", {"en"}))
         english_only = build_leaderboard(RunView(store, "english", "pingpong"))
+        (page_board,) = collect_contents(store, ["both"], REPO / "judges", max_transcripts=0).boards
     tables = {table.language: table for table in board.by_language}
     assert list(tables) == ["de", "en"] and board.language is None
     en, de = ({row.model: row for row in tables[name].rows} for name in ("en", "de"))
@@ -459,6 +461,12 @@ def test_each_language_has_its_own_leaderboard_and_length_median_as_in_the_paper
     assert pooled["terse"].final == pytest.approx(11 / 3) and pooled["wordy"].final == pytest.approx(2.0)
     assert english_only.language == "en" and english_only.by_language == []
     assert [row.model_dump() for row in english_only.rows] == [row.model_dump() for row in tables["en"].rows]
+    # the page shows each language's final apart, as the per-language tables
+    final = next(board for board in page_board.metrics if board.metric == "final")
+    assert {group: {e.label: e.value for e in rows} for group, rows in final.groups.items()} == {
+        "de": {"terse": 5.0, "wordy": 1.0},
+        "en": {"terse": 3.0, "wordy": 3.0},
+    }
     console = Console(record=True, width=400)
     print_leaderboard(console, board)
     text = console.export_text()

@@ -41,7 +41,7 @@ class MetricBoard:
     higher_is_better: bool
     #: one row per player
     rows: list[Estimate]
-    #: per group (clembench's games), one estimate per player: {group: [Estimate]}
+    #: per group (clembench's games, PingPong's languages), one estimate per player: {group: [Estimate]}
     groups: dict[str, list[Estimate]] = field(default_factory=dict)
     #: a judged figure's calibration, and the line saying the panel did not separate the players where
     #: it did not (`appliance.judging.evidence`); empty for a figure the rules compute

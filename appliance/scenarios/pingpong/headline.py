@@ -34,6 +34,7 @@ def pingpong_headline(run: RunView, panel: str | None) -> Headline:
             Unit(
                 key=episode.instance_id,
                 player=episode.player,
+                group=str(episode.metadata.get("language", "")),  # the page shows each language apart
                 values={
                     "final": final,
                     "ln_score": None if scaled is None else scaled * factors.get(episode.player, 1.0),

@@ -39,7 +39,8 @@ def print_leaderboard(console: Console, board: PingPongLeaderboard) -> None:
         f"Scores 1-5 (judging: {board.judging}; panel mean over judges, mean over turns, then over "
         f"conversations). A conversation in which any judge flagged a turn as a refusal counts in 'refusals'; "
         f"that judge's verdicts on it are left out, the other judges score it. LN score = final x "
-        f"(1 + 0.07 (median / mean len - 1)), clamped to [0.93, 1]; median of the models' mean reply lengths = "
+        f"(1 + 0.07 (median / mean len - 1)), clamped to [0.93, 1]; median of the models' mean reply lengths"
+        f"{' (pooled)' if board.by_language else ''} = "
         f"{_number(board.median_of_mean_lengths, 0)} chars. cut = player replies / interrogator messages "
         f"stopped by the token cap. Intervals: bootstrap over conversations."
     )
