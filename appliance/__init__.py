@@ -21,25 +21,25 @@ _EXPORTS = {
     "GenerationRequest": "appliance.engine.types",
     "Message": "appliance.engine.types",
     "ResolvedSampling": "appliance.engine.types",
-    "Sampling": "appliance.sampling",
+    "Sampling": "appliance.catalog.sampling",
     "ScoringRequest": "appliance.engine.types",
     "ScoredText": "appliance.engine.types",
     "TokenScores": "appliance.engine.types",
     "ScriptedBackend": "appliance.engine.scripted",
-    "Catalog": "appliance.catalog",
-    "ModelSpec": "appliance.catalog",
-    "load_catalog": "appliance.catalog",
-    "ModelClient": "appliance.client",
-    "RoleBinding": "appliance.client",
-    "EpisodeFailed": "appliance.client",
-    "EpisodeContext": "appliance.episodes",
-    "EpisodeKey": "appliance.episodes",
-    "ModelPool": "appliance.pool",
+    "Catalog": "appliance.catalog.models",
+    "ModelSpec": "appliance.catalog.models",
+    "load_catalog": "appliance.catalog.models",
+    "ModelClient": "appliance.episodes.client",
+    "RoleBinding": "appliance.episodes.client",
+    "EpisodeFailed": "appliance.episodes.client",
+    "EpisodeContext": "appliance.episodes.context",
+    "EpisodeKey": "appliance.episodes.context",
+    "ModelPool": "appliance.episodes.pool",
     "RunConfig": "appliance.run_config",
-    "RunRequest": "appliance.planning",
-    "plan_run": "appliance.planning",
-    "Runner": "appliance.runner",
-    "RunSummary": "appliance.runner",
+    "RunRequest": "appliance.run.planning",
+    "plan_run": "appliance.run.planning",
+    "Runner": "appliance.run.runner",
+    "RunSummary": "appliance.run.runner",
     "Instance": "appliance.scenarios.base",
     "ScenarioFamily": "appliance.scenarios.base",
     "JudgedFamily": "appliance.scenarios.base",
@@ -56,7 +56,7 @@ _EXPORTS = {
     "load_family": "appliance.scenarios.registry",
     "RunView": "appliance.store.run_view",
     "Store": "appliance.store.store",
-    "Panel": "appliance.panels",
+    "Panel": "appliance.catalog.panels",
     "JudgeTemplate": "appliance.judging.templates",
     "RatingTemplate": "appliance.judging.templates",
     "LikertTemplate": "appliance.judging.templates",
@@ -130,10 +130,32 @@ __all__ = [
 ]
 
 
+#: the modules above that import the store, and with it duckdb: llama.cpp is loaded before them, since a
+#: CUDA build of it cannot load a model in a process that loaded duckdb first (`engine/load_order.py`)
+_REACH_THE_STORE = frozenset(
+    {
+        "appliance.episodes.context",
+        "appliance.episodes.pool",
+        "appliance.judging.verdicts",
+        "appliance.run.planning",
+        "appliance.run.runner",
+        "appliance.scenarios.base",
+        "appliance.scenarios.registry",
+        "appliance.scenarios.spec",
+        "appliance.store.run_view",
+        "appliance.store.store",
+    }
+)
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'appliance' has no attribute '{name}'")
+    if module in _REACH_THE_STORE:
+        from appliance.engine.load_order import load_llama_first
+
+        load_llama_first()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -144,8 +166,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from appliance.catalog import Catalog, ModelSpec, load_catalog
-    from appliance.client import EpisodeFailed, ModelClient, RoleBinding
+    from appliance.catalog.models import Catalog, ModelSpec, load_catalog
+    from appliance.catalog.panels import Panel
+    from appliance.catalog.sampling import Sampling
     from appliance.engine.backend import Backend, BackendCounters
     from appliance.engine.scripted import ScriptedBackend
     from appliance.engine.types import (
@@ -157,7 +180,9 @@ if TYPE_CHECKING:
         ScoringRequest,
         TokenScores,
     )
-    from appliance.episodes import EpisodeContext, EpisodeKey
+    from appliance.episodes.client import EpisodeFailed, ModelClient, RoleBinding
+    from appliance.episodes.context import EpisodeContext, EpisodeKey
+    from appliance.episodes.pool import ModelPool
     from appliance.errors import ApplianceError
     from appliance.judging.scoring import scoring_features
     from appliance.judging.templates import (
@@ -169,12 +194,9 @@ if TYPE_CHECKING:
         load_judge_template,
     )
     from appliance.judging.verdicts import ask_judge, judge_pair
-    from appliance.panels import Panel
-    from appliance.planning import RunRequest, plan_run
-    from appliance.pool import ModelPool
+    from appliance.run.planning import RunRequest, plan_run
+    from appliance.run.runner import Runner, RunSummary
     from appliance.run_config import RunConfig
-    from appliance.runner import Runner, RunSummary
-    from appliance.sampling import Sampling
     from appliance.sandbox.cases import TestCase
     from appliance.sandbox.limits import SandboxLimits
     from appliance.sandbox.run import run_tests

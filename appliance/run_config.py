@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from appliance.panels import Panel
+from appliance.catalog.panels import Panel
 from appliance.sharding import Shard
 
 #: roles other than "player", "partner" and the judges that a family may need a model for
@@ -51,7 +51,7 @@ class RunConfig(BaseModel):
     family_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     #: "I/N": this run plays shard I of N of the plan (`appliance.sharding`); `appliance merge` joins them
     shard: str | None = None
-    #: the Ray cluster the run started on (`appliance.cluster`), None in one process; not part of the plan
+    #: the Ray cluster the run started on (`appliance.cluster.ray_cluster`), None in one process; not part of the plan
     cluster: str | None = None
 
     @field_validator("shard")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 
 if TYPE_CHECKING:  # imported in the fixture: loading llama.cpp loads its OpenMP runtime, which must
     # start after `pytest_configure` has set this worker's cores and OMP_NUM_THREADS

@@ -21,11 +21,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.catalog import load_catalog
-from appliance.cluster import ClusterOptions
-from appliance.panels import get_panel
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import get_panel
+from appliance.cluster.ray_cluster import ClusterOptions
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from appliance.store.merge import stored_episodes

@@ -22,17 +22,17 @@ from typing import IO, Any
 
 import duckdb
 
-from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import Scorer, ScriptedBackend
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.panels import Panel
-from appliance.pool import ModelPool
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.base import RULE_SCORER
-from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, MessageRecord, RunRecord, ScoreRecord, Store
 from appliance.store.journal import journal_folder, run_stream
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.compare.gate import Comparison, Thresholds, compare_runs
 from appliance.engine.types import GenerationRequest
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from appliance.store.journal import journal_folder

@@ -23,10 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.catalog import Catalog, load_catalog
-from appliance.panels import get_panel
+from appliance.catalog.models import Catalog, load_catalog
+from appliance.catalog.panels import get_panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import family_entry, family_names, load_family
 from appliance.store import Store
 from tests.fakes import REPO, scripted_factory, seed_echo

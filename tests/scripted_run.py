@@ -29,12 +29,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from appliance.catalog import load_catalog
-from appliance.cluster import ClusterOptions
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import get_panel
+from appliance.cluster.ray_cluster import ClusterOptions
 from appliance.engine.types import GenerationRequest
-from appliance.panels import get_panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import family_entry, load_family
 from appliance.store import Store
 from tests.fakes import REPO, scripted_factory, seed_echo

@@ -19,11 +19,11 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.types import GenerationRequest
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from tests.fakes import Reply, role_of, scripted_factory

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from appliance.compare.gate import MetricComparison, Thresholds
 from appliance.compare.sweep import compare_sweep
-from appliance.stats import holm_adjusted
 from appliance.store import Store
+from appliance.util.stats import holm_adjusted
 from tests.gate_error_rates import wilson
 from tests.scripted_sweep import SWEEP, scripted_sweep_run
 

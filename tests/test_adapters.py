@@ -17,12 +17,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling, ScoringRequest
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
-from appliance.pool import ModelPool
-from appliance.scheduler import Scheduler
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 from tests.fakes import REPO, ask_model, one
 
 FINE_TUNE = REPO / "adapters" / "smollm2-taboo" / "checkpoint-20"

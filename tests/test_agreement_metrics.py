@@ -8,7 +8,7 @@ from scipy import stats
 from scipy.optimize import isotonic_regression
 
 from appliance.calibration.isotonic import fit_isotonic
-from appliance.calibration.metrics import (
+from appliance.util.agreement import (
     agreement,
     bootstrap_metrics,
     cohen_kappa,

@@ -5,32 +5,35 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import random
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from appliance import backends as backend_registry
-from appliance.catalog import Catalog, ModelSpec, load_catalog
-from appliance.client import RoleBinding
+from appliance.catalog import backends as backend_registry
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, Message
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
 from appliance.scenarios.clembench import games
 from appliance.scenarios.clembench.family import play_game
 from appliance.scenarios.clembench.generate import generate_instance_set
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
-from appliance.scheduler import Scheduler
 from appliance.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,20 +142,57 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 #: lower layers never import higher ones at module level
 LAYERS = {
-    "appliance.engine": {"appliance.scenarios", "appliance.runner", "appliance.cli", "appliance.calibration"},
-    "appliance.store": {"appliance.scenarios", "appliance.runner", "appliance.cli", "appliance.engine"},
-    "appliance.scenarios": {"appliance.runner", "appliance.cli", "appliance.calibration", "appliance.rescoring"},
-    "appliance.calibration": {"appliance.runner", "appliance.cli", "appliance.rescoring"},
-    "appliance.roles": {"appliance.runner", "appliance.calibration", "appliance.cli"},
+    "appliance.engine": {"appliance.scenarios", "appliance.run", "appliance.cli", "appliance.calibration"},
+    "appliance.store": {
+        "appliance.scenarios",
+        "appliance.run",
+        "appliance.episodes",
+        "appliance.cli",
+        "appliance.engine",
+    },
+    "appliance.scenarios": {"appliance.run", "appliance.cli", "appliance.calibration"},
+    "appliance.calibration": {"appliance.run", "appliance.cli"},
+    "appliance.episodes": {"appliance.run", "appliance.calibration", "appliance.cli", "appliance.scenarios"},
+    # the one-process run never imports the Ray cluster: the CLI hands the runner a `Cluster` to play on
+    "appliance.run": {"appliance.cluster", "appliance.cli"},
     # what a run is configured with sits under what reads it: models.toml's entries (the catalog, sampling,
     # synthetic shapes, the names of backends), the judge panels and the run's config
-    "appliance.catalog": {"appliance.engine", "appliance.judging", "appliance.store"},
-    "appliance.sampling": {"appliance.engine", "appliance.catalog"},
-    "appliance.synthetic_shapes": {"appliance.engine", "appliance.catalog"},
-    "appliance.backends": {"appliance.engine", "appliance.catalog"},
-    "appliance.panels": {"appliance.engine", "appliance.judging", "appliance.catalog"},
+    "appliance.catalog": {"appliance.engine", "appliance.judging", "appliance.store", "appliance.episodes"},
     "appliance.run_config": {"appliance.engine", "appliance.judging", "appliance.store"},
+    "appliance.util": {"appliance.catalog", "appliance.engine", "appliance.store", "appliance.scenarios"},
 }
+
+
+def wing_of(module: str) -> str:
+    """A module's wing: its folder under appliance/, or itself for a loose module at the root."""
+    return ".".join(module.split(".")[:2])
+
+
+def wing_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    wings: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        wings.setdefault(wing_of(module), set()).update(
+            wing_of(target) for target in targets if wing_of(target) != wing_of(module)
+        )
+    for targets in list(wings.values()):
+        for target in targets:
+            wings.setdefault(target, set())
+    return wings
+
+
+def test_the_wings_import_each_other_one_way() -> None:
+    """Folders, not only modules, form no circle: each wing of the package sits above the ones it uses."""
+    assert cycles(wing_graph(import_graph())) == []
+
+
+#: at most this many loose modules at the package root (`__init__` and `__main__` included); the rest
+#: live in wings that show the data flow
+LOOSE_AT_ROOT = 10
+
+
+def test_the_root_holds_few_loose_modules() -> None:
+    loose = sorted(path.name for path in (REPO / "appliance").glob("*.py"))
+    assert len(loose) <= LOOSE_AT_ROOT, loose
 
 
 def test_no_module_imports_a_layer_above_it() -> None:
@@ -262,73 +302,105 @@ class EchoOptions(backend_registry.BackendOptions):
     reply: str = "echo"
 
 
-def test_a_new_backend_is_one_registered_opener_with_its_own_options(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """A backend written outside the engine (here, in this test) registers its opener and its options
-    model; models.toml then takes its option for it, refuses it for another backend, and refuses
-    another backend's option for it: nothing in the catalog or the engine changes."""
+def test_a_new_backend_is_one_declaration_with_its_own_options(tmp_path: Path) -> None:
+    """A backend written outside the engine (here, in this test) is one declaration: its opener and its
+    options model; models.toml then takes its option for it, refuses it for another backend, and
+    refuses another backend's option for it: nothing in the catalog or the engine changes."""
 
     def open_echo(catalog: Catalog, spec: ModelSpec, parallel: int) -> Backend:
         reply = spec.options_as(EchoOptions).reply
         return ScriptedBackend(spec.name, lambda request: reply)
 
-    monkeypatch.setitem(backend_registry.OPENERS, "echo", open_echo)
-    monkeypatch.setitem(backend_registry.OPTIONS, "echo", EchoOptions)
-    models = tmp_path / "models.toml"
-    models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\nreply = "hello"\n')
-    catalog = load_catalog(models)
-    backend = open_backend(catalog, catalog.get("e"), parallel=1)
-    assert isinstance(backend, ScriptedBackend) and backend.name == "e"
-    assert backend.respond(GenerationRequest(messages=[Message(role="user", content="hi")])) == "hello"
-    assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
-    for body, refused, readers in (
-        ('backend = "llama_cpp"\npath = "m.gguf"\nreply = "hello"', "reply", "echo"),
-        ('backend = "echo"\npath = "m.gguf"\nexact_kv = true', "exact_kv", "llama_cpp"),
-    ):
-        models.write_text(f"[models.e]\n{body}\n")
-        with pytest.raises(ApplianceError, match=rf"field '{refused}' applies to backend {readers}, not"):
+    backend_registry.declare_backend(backend_registry.BackendDeclaration("echo", open_echo, EchoOptions))
+    try:
+        models = tmp_path / "models.toml"
+        models.write_text('[models.e]\nbackend = "echo"\npath = "unused.gguf"\nreply = "hello"\n')
+        catalog = load_catalog(models)
+        backend = open_backend(catalog, catalog.get("e"), parallel=1)
+        assert isinstance(backend, ScriptedBackend) and backend.name == "e"
+        assert backend.respond(GenerationRequest(messages=[Message(role="user", content="hi")])) == "hello"
+        assert set(backend_registry.backend_names()) >= {"llama_cpp", "transformers", "vllm", "echo"}
+        for body, refused, readers in (
+            ('backend = "llama_cpp"\npath = "m.gguf"\nreply = "hello"', "reply", "echo"),
+            ('backend = "echo"\npath = "m.gguf"\nexact_kv = true', "exact_kv", "llama_cpp"),
+        ):
+            models.write_text(f"[models.e]\n{body}\n")
+            with pytest.raises(ApplianceError, match=rf"field '{refused}' applies to backend {readers}, not"):
+                load_catalog(models)
+        models.write_text('[models.e]\nbackend = "echo"\npath = "m.gguf"\nreply = 3\n')
+        with pytest.raises(ApplianceError, match="field 'reply'"):
             load_catalog(models)
-    models.write_text('[models.e]\nbackend = "echo"\npath = "m.gguf"\nreply = 3\n')
-    with pytest.raises(ApplianceError, match="field 'reply'"):
-        load_catalog(models)
+        with pytest.raises(ApplianceError, match="backend 'echo' is declared twice"):
+            backend_registry.declare_backend(backend_registry.BackendDeclaration("echo", print))
+    finally:
+        backend_registry.forget_backend("echo")
 
 
 def test_backends_are_known_by_name_and_imported_only_when_opened() -> None:
-    """Loading the catalog checks every entry's backend by name and its options by the backend's light
-    options module: no backend module or library is imported. The first opener asked for imports its
-    own module only."""
+    """Loading the catalog checks every entry's backend and its options by the backend's declaration: no
+    backend module or library is imported. The first opener asked for imports its own module only."""
     statement = (
-        "import sys; from appliance.catalog import load_catalog; load_catalog('models.toml'); "
+        "import sys; from appliance.catalog.models import load_catalog; load_catalog('models.toml'); "
         "assert not [m for m in sys.modules if m.endswith('_backend')], 'the catalog loaded a backend'; "
-        "from appliance.backends import backend_names; names = backend_names(); "
+        "from appliance.catalog.backends import backend_names, backend_opener, hosts_adapters; "
+        "names = backend_names(); hosts_adapters('transformers'); "
         "heavy = [m for m in ('llama_cpp', 'torch', 'vllm', 'transformers') if m in sys.modules]; "
-        "from appliance.backends import hosts_adapters; hosts_adapters('transformers'); "
+        "backend_opener('llama_cpp'); "
         "print(names, heavy, 'llama_cpp' in sys.modules, 'appliance.engine.transformers_backend' in sys.modules, "
         "sep='|')"
     )
     shown = subprocess.run([sys.executable, "-c", statement], cwd=REPO, capture_output=True, text=True, check=True)
-    assert shown.stdout.strip() == "['llama_cpp', 'transformers', 'vllm']|[]|False|True", shown.stdout
+    assert shown.stdout.strip() == "['llama_cpp', 'transformers', 'vllm']|[]|True|False", shown.stdout
 
 
-def test_a_backend_whose_library_is_missing_is_one_line_and_the_others_still_open(
+def test_a_backend_whose_package_is_missing_or_old_is_one_line_and_the_others_still_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real_import = importlib.import_module
+    real_find_spec, real_version = importlib.util.find_spec, importlib.metadata.version
 
-    def without_vllm(name: str) -> object:
-        if name == "appliance.engine.vllm_backend":
-            raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
-        return real_import(name)
+    def without_vllm(name: str, *args: Any) -> Any:
+        return None if name == "vllm" else real_find_spec(name, *args)
 
-    monkeypatch.setattr(importlib, "import_module", without_vllm)  # the module the registry imports with
-    monkeypatch.delitem(backend_registry.OPENERS, "vllm", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", without_vllm)
+    monkeypatch.delitem(backend_registry._OPENERS, "vllm", raising=False)
     for _ in range(2):  # the same line every time, not a registry emptied by the first failure
         with pytest.raises(ApplianceError, match=r"^backend 'vllm' needs the Python package 'vllm', not installed"):
             backend_registry.backend_opener("vllm")
     assert backend_registry.backend_opener("llama_cpp") is not None
     with pytest.raises(ApplianceError, match=r"unknown backend 'nope' \(known: llama_cpp, transformers, vllm"):
         backend_registry.backend_opener("nope")
+
+    def old_transformers(distribution: str) -> str:
+        return "4.30.2" if distribution == "transformers" else real_version(distribution)
+
+    monkeypatch.setattr(importlib.metadata, "version", old_transformers)
+    monkeypatch.delitem(backend_registry._OPENERS, "transformers", raising=False)
+    if real_find_spec("torch") is None:
+        pytest.skip("torch is not installed here, so the version check of transformers is not reached")
+    with pytest.raises(
+        ApplianceError, match=r"^backend 'transformers' needs transformers >= 4\.45, found 4\.30\.2: pip"
+    ):
+        backend_registry.backend_opener("transformers")
+
+
+def test_each_backend_declares_the_lower_bounds_pyproject_pins() -> None:
+    """A declaration's minimum versions are the project's own: where pyproject.toml gives a lower bound
+    (>= or ==) for a distribution a backend needs, the declaration names the same version."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lists = [project["dependencies"], *project["optional-dependencies"].values()]
+    bounds: dict[str, set[str]] = {}
+    for requirement in (line for group in lists for line in group):
+        found = re.match(r"([A-Za-z0-9_.-]+)\s*(?:\[[^]]*\])?\s*[^;]*?(?:==|>=)\s*([0-9][0-9.]*)", requirement)
+        if found:
+            bounds.setdefault(found.group(1).lower(), set()).add(found.group(2))
+    checked = 0
+    for name in ("llama_cpp", "transformers", "vllm"):
+        for requirement in backend_registry.declaration(name).requires:
+            pinned = {bound for d in requirement.distributions for bound in bounds.get(d, set())}
+            if requirement.minimum:
+                assert requirement.minimum in pinned, (name, requirement, pinned)
+                checked += 1
+    assert checked >= 7
 
 
 def every_import_graph() -> dict[str, set[str]]:
@@ -392,7 +464,7 @@ def test_one_pool_builds_schedulers() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Scheduler":
                 builders.append(str(path.relative_to(REPO)))
-    assert builders == ["appliance/pool.py"]
+    assert builders == ["appliance/episodes/pool.py"]
 
 
 IMPORTED = "import sys; {statement}; print(sorted(m for m in sys.modules if m.startswith('appliance')))"
@@ -451,9 +523,34 @@ def test_offline_is_enforced_before_the_package_loads_anything_else() -> None:
     assert len(seen) > 20 and all(offline for name, offline in seen if name not in before)
 
 
-def test_duckdb_is_imported_in_one_place_and_only_after_llama_cpp() -> None:
+def _modules_after(statement: str, *arguments: str) -> list[str]:
+    """The modules a fresh interpreter holds after `statement`, in the order they were loaded."""
+    script = f"import sys; sys.argv[1:] = {list(arguments)!r}; {statement}; print(' '.join(sys.modules))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+ENGINE_LIBRARIES = ("llama_cpp", "torch", "vllm", "transformers")
+
+
+def test_reading_a_store_loads_no_engine() -> None:
+    """The store, its repair and the CLI of a reading command import duckdb and no engine library."""
+    for statement, arguments in [
+        ("import appliance.store", ()),
+        ("import appliance.store.repair", ()),
+        ("import appliance.store.run_view", ()),
+        ("import appliance.cli.main", ("report", "--db", "x.duckdb")),
+    ]:
+        loaded = _modules_after(statement, *arguments)
+        assert "duckdb" in loaded, statement
+        assert [name for name in ENGINE_LIBRARIES if name in loaded] == [], statement
+
+
+def test_duckdb_is_imported_in_one_place_and_after_llama_cpp_where_models_load() -> None:
     """A CUDA build of llama.cpp segfaults loading a model in a process that imported duckdb first (seen on
-    an H200): every import of duckdb goes through the store's one module, which loads llama_cpp before it."""
+    an H200): duckdb is imported by the store's one module, and what loads models (the CLI's model
+    commands, the package's exports that reach the store) loads llama_cpp before it."""
     importers = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -461,14 +558,20 @@ def test_duckdb_is_imported_in_one_place_and_only_after_llama_cpp() -> None:
             if "duckdb" in names or (isinstance(node, ast.ImportFrom) and node.module == "duckdb"):
                 importers.append(str(path.relative_to(REPO)))
     assert importers == ["appliance/store/database.py"]
-    for statement in ("import appliance.store", "import appliance.store.repair", "import appliance.cli.main"):
-        command = [
-            sys.executable,
-            "-c",
-            f"import sys; {statement}; m = list(sys.modules); print(m.index('llama_cpp') < m.index('duckdb'))",
-        ]
-        result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120, check=True)
-        assert result.stdout.strip() == "True", statement
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed: nothing to load first")
+
+    def llama_first(loaded: list[str]) -> bool:
+        return "duckdb" not in loaded or ("llama_cpp" in loaded and loaded.index("llama_cpp") < loaded.index("duckdb"))
+
+    for command in ("run", "score", "calibrate", "bench", "models"):
+        loaded = _modules_after("import appliance.cli.main", command, "--help")
+        assert "duckdb" in loaded and llama_first(loaded), command
+    import appliance
+
+    one_name_per_module = {appliance._EXPORTS[name]: name for name in appliance.__all__}
+    for name in one_name_per_module.values():
+        assert llama_first(_modules_after(f"from appliance import {name}")), name
 
 
 def test_every_script_under_bench_results_imports_names_that_exist() -> None:

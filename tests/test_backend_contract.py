@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 from appliance.engine.backend import Backend, BackendBase
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
@@ -52,7 +52,7 @@ def _llama_cpp(smollm2_path: Path) -> Contestant:
 
 def _transformers(smollm2_path: Path) -> Contestant:
     """Opened from a catalog entry, as a run opens it (its `context_length` is the contract's)."""
-    from appliance.catalog import ModelSpec
+    from appliance.catalog.models import ModelSpec
     from appliance.engine.transformers_backend import transformers_backend_for
 
     spec = ModelSpec(name="contract-hf", backend="transformers", path=str(smollm2_path), context_length=512, slots=4)
@@ -75,8 +75,8 @@ def _ray_remote(smollm2_path: Path) -> Contestant:
     """SmolLM2 (llama.cpp, 512-token context) in a worker-group server of a local Ray cluster."""
     import ray
 
+    from appliance.cluster.worker_groups import ModelServer, RemoteBackend
     from appliance.engine.factory import open_backend
-    from appliance.worker_groups import ModelServer, RemoteBackend
 
     catalog = load_catalog(REPO / "models.toml")
     small = catalog.get("smollm2-135m").model_copy(update={"context_length": 512, "slots": 4})

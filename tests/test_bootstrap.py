@@ -1,7 +1,7 @@
 import numpy as np
 
 from appliance.scenarios.pingpong.report import length_factor
-from appliance.stats import bootstrap_interval
+from appliance.util.stats import bootstrap_interval
 
 
 def test_interval_brackets_the_mean_and_is_reproducible() -> None:

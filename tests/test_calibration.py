@@ -17,13 +17,13 @@ from appliance.calibration.apply import apply_calibration
 from appliance.calibration.heldout import NO_CEILING
 from appliance.calibration.pipeline import CalibrationRequest, run_calibration
 from appliance.calibration.tables import split_items
-from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
+from appliance.episodes.roles import BackendFactory
 from appliance.labels import read_labels
-from appliance.panels import Panel
-from appliance.roles import BackendFactory
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import write_label_set
 from tests.test_cli import cli

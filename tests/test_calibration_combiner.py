@@ -26,9 +26,9 @@ from appliance.calibration.combiner import (
 from appliance.calibration.curve import curve_cells, learning_curve
 from appliance.calibration.features import FOLDS, FeatureCalibration, fit_ridge_panel, nonnegative_quadratic_minimum
 from appliance.calibration.heldout import panel_mean_predictor
-from appliance.calibration.metrics import rank, rank_columns, spearman, spearman_columns
 from appliance.calibration.models import calibration_from_json
 from appliance.calibration.tables import ItemTable, split_items
+from appliance.util.agreement import rank, rank_columns, spearman, spearman_columns
 from appliance.view.figures import calibration_figures
 
 JUDGES = ("gemma3-270m", "smollm2-135m")

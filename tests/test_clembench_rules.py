@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from appliance.calibration.metrics import cohen_kappa
-from appliance.catalog import load_catalog
-from appliance.client import RoleBinding
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.clembench.caps import MARGIN, SENTENCE_CHARS
 from appliance.scenarios.clembench.family import ClembenchFamily, play_game
@@ -41,9 +41,9 @@ from appliance.scenarios.clembench.report import (
 from appliance.scenarios.clembench.results import import_results
 from appliance.scenarios.clembench.taboo import taboo_hits
 from appliance.scenarios.clembench.wordle import Keywords, NotInWordList, feedback, parse_guess
-from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, Store
 from appliance.store.run_view import RunView
+from appliance.util.agreement import cohen_kappa
 from tests.fakes import conversation_of, hand_episode, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent

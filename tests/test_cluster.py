@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from appliance.catalog import Catalog
-from appliance.cluster import ClusterOptions
+from appliance.catalog.models import Catalog
+from appliance.cluster.ray_cluster import ClusterOptions
 from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
-from appliance.runner import Runner, RunSummary
+from appliance.run.runner import Runner, RunSummary
 from appliance.store import Store
 from appliance.store.journal import journal_folder
 from appliance.store.merge import merge_shards

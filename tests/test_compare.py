@@ -17,7 +17,7 @@ import pytest
 from appliance.compare.gate import IMPROVEMENT, INSUFFICIENT, NO_CHANGE, REGRESSION, MetricComparison, decide
 from appliance.compare.paired import paired_difference
 from appliance.headline import Unit, mean_of
-from appliance.stats import holm_adjusted
+from appliance.util.stats import holm_adjusted
 from tests.fakes import scripted_pingpong_run
 from tests.test_cli import REPO, assert_clean_error, cli
 

@@ -16,18 +16,19 @@ from typing import Any, TypeVar
 import pytest
 from rich.console import Console
 
-from appliance.catalog import Catalog, ModelSpec, load_catalog
-from appliance.client import RoleBinding
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
+from appliance.catalog.panels import Panel
+from appliance.catalog.sampling import Sampling
 from appliance.engine.backend import Backend
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, TokenScores
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
-from appliance.rescoring import rescore_run
+from appliance.run.rescoring import rescore_run
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
-from appliance.sampling import Sampling
 from appliance.sandbox.isolation import BWRAP_VARIABLE
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.chain_dictionary import idiom_dictionary, noun_dictionary
@@ -39,7 +40,6 @@ from appliance.scenarios.deepeval.render import print_deepeval_report
 from appliance.scenarios.deepeval.report import build_deepeval_report
 from appliance.scenarios.deepeval.settings import PAPER_PAIRS, DeepEvalSettings
 from appliance.scenarios.deepeval.word_chain import extract_move, read_word_list, rule_broken
-from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.run_view import RunView
 from tests.fakes import conversation_of

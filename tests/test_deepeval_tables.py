@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import Catalog, ModelSpec, load_catalog
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
 from appliance.engine.scripted import ScriptedBackend
-from appliance.runner import Runner
+from appliance.run.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.deepeval.payoffs import stability, wilson_interval
 from appliance.scenarios.deepeval.report import (

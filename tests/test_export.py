@@ -8,10 +8,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from appliance.catalog import load_catalog
-from appliance.panels import Panel
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
 from tests.fakes import scripted_factory

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from appliance.catalog import load_catalog
-from appliance.panels import get_panel
-from appliance.rescoring import rescore_run
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import get_panel
+from appliance.run.rescoring import rescore_run
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import build_scenario_report, family_entry, family_names, load_family
 from appliance.scenarios.base import JudgedFamily
 from appliance.store import Store

@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import load_panels
 from appliance.compare.gate import Thresholds
 from appliance.errors import ApplianceError
 from appliance.judging.templates import load_conversation_template, load_judge_template
 from appliance.labels import read_labels
-from appliance.panels import load_panels
 from appliance.scenarios import family_names, load_family
 from appliance.scenarios.registry import ImportRequest, importers, run_import
 from appliance.store import Store

@@ -10,10 +10,9 @@ import llama_cpp
 import pytest
 import torch
 
-from appliance.catalog import load_catalog
+from appliance.catalog.backends import LlamaCppOptions, TransformersOptions
+from appliance.catalog.models import load_catalog
 from appliance.engine.hf_loading import model_placement
-from appliance.engine.llama_cpp_options import LlamaCppOptions
-from appliance.engine.transformers_options import TransformersOptions
 from appliance.engine.vllm_backend import vllm_engine_options
 from tests.test_cli import assert_clean_error, cli
 

@@ -182,10 +182,10 @@ def test_template_with_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
 def _pair_verdict(respond: Callable[[GenerationRequest], str]) -> PairVerdict:
     import asyncio
 
-    from appliance.client import RoleBinding
-    from appliance.episodes import EpisodeContext
+    from appliance.episodes.client import RoleBinding
+    from appliance.episodes.context import EpisodeContext
+    from appliance.episodes.scheduler import Scheduler
     from appliance.judging.verdicts import judge_pair
-    from appliance.scheduler import Scheduler
 
     template = load_judge_template(JUDGES / "pairwise_preference.toml")
     assert isinstance(template, PairwiseTemplate)
@@ -263,10 +263,10 @@ def _rate_roles(backend: ScriptedBackend, template: RolesTemplate, *, reads: boo
     """One judge rates the Programmer and the Reviewer (last messages 3 and 4) in one verdict."""
     import asyncio
 
-    from appliance.client import RoleBinding
-    from appliance.episodes import EpisodeContext
+    from appliance.episodes.client import RoleBinding
+    from appliance.episodes.context import EpisodeContext
+    from appliance.episodes.scheduler import Scheduler
     from appliance.judging.verdicts import ask_roles
-    from appliance.scheduler import Scheduler
 
     scheduler = Scheduler({"j": backend})
     likelihood = "turn_followups" if reads else None

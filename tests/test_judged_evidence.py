@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel, get_panel
 from appliance.engine.scripted import scripted_scores
 from appliance.engine.types import GenerationRequest, TokenScores
 from appliance.headline import HeadlineMetric, Unit, mean_of
 from appliance.judging.evidence import FigureEvidence, separation
-from appliance.panels import Panel, get_panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import build_scenario_report, load_family
 from appliance.store import Store
 from tests.fakes import REPO, Reply, role_of, scripted_factory, shortest_match

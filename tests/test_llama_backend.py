@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 from appliance.engine.chat_format import FormattedPrompt
 from appliance.engine.chunk_plan import ALIGNED_CHUNK, chunk_plan, reusable_boundary
 from appliance.engine.host_cache import DEFAULT_BUDGET_MB, default_budget_mb

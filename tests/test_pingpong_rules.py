@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor

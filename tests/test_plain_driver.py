@@ -10,11 +10,11 @@ import pytest
 from appliance.bench.backend_bench import llama_cpp_twin
 from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
 from appliance.bench.plain_driver import plain_pingpong
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily
 from appliance.store import Store

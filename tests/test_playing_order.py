@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import load_catalog
-from appliance.panels import get_panel
-from appliance.pool import ModelPool
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import get_panel
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
-from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord, Store
 from tests.fakes import REPO, scripted_factory, seed_echo
 

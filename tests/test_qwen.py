@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.catalog import load_catalog, locate_model_file
+from appliance.catalog.model_parts import join_parts, part_files
+from appliance.catalog.models import load_catalog, locate_model_file
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling, ScoringRequest
+from appliance.episodes.pool import ModelPool
 from appliance.errors import ApplianceError
-from appliance.model_parts import join_parts, part_files
-from appliance.pool import ModelPool
 from tests.fakes import REPO, ask_model
 from tests.test_cli import assert_clean_error, cli
 

@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from appliance.catalog import load_catalog
-from appliance.client import judge_clean_layers
+from appliance.catalog.models import load_catalog
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import ResolvedSampling
-from appliance.roles import bind_role
-from appliance.sampling import Sampling
+from appliance.episodes.client import judge_clean_layers
+from appliance.episodes.roles import bind_role
 
 REPO = Path(__file__).resolve().parent.parent
 

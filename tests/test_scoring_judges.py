@@ -24,7 +24,6 @@ from appliance.bench.scoring import scoring_bench
 from appliance.calibration.apply import pick_calibrations, stale_calibrations
 from appliance.calibration.combiner import FeatureAverage
 from appliance.calibration.features import FeatureCalibration, RidgeModel, fit_ridge, simplex_weights
-from appliance.calibration.metrics import bootstrap_metrics
 from appliance.calibration.pipeline import (
     CalibrationRequest,
     choose_criterion,
@@ -33,8 +32,8 @@ from appliance.calibration.pipeline import (
     run_transfer,
 )
 from appliance.calibration.shipped import write_shipped
-from appliance.catalog import Catalog, ModelSpec, load_catalog
-from appliance.client import ModelClient, RoleBinding
+from appliance.catalog.models import Catalog, ModelSpec, load_catalog
+from appliance.catalog.panels import Panel, load_panels
 from appliance.engine.backend import Backend
 from appliance.engine.chunk_plan import ALIGNED_CHUNK
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
@@ -48,7 +47,9 @@ from appliance.engine.types import (
     ScoringRequest,
     TokenScores,
 )
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import ModelClient, RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
 from appliance.judging.scoring import comparison_features
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
@@ -62,16 +63,15 @@ from appliance.judging.templates import (
 from appliance.judging.verdicts import PairVerdict, ask_judge, judge_pair
 from appliance.labels import read_labels
 from appliance.labels.model import HumanLabel, LabelKind, LabelSet
-from appliance.panels import Panel, load_panels
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios.pingpong.family import PingPongFamily
 from appliance.scenarios.pingpong.report import build_leaderboard
-from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.labels import write_calibration, write_label_set
 from appliance.store.records import CalibrationRecord, JudgmentRecord
 from appliance.store.run_view import RunView
+from appliance.util.agreement import bootstrap_metrics
 from tests.fakes import scripted_factory
 from tests.test_calibration import import_rows
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulatebench.answers import parse_choice
 from appliance.scenarios.simulatebench.family import ProfileInstance

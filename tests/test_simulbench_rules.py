@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from appliance.catalog import load_catalog
-from appliance.client import RoleBinding
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.backend import overflow_message
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
 from appliance.judging.templates import RatingTemplate
 from appliance.judging.verdicts import PairVerdict, ask_judge
-from appliance.panels import Panel
-from appliance.rescoring import rescore_run
+from appliance.run.rescoring import rescore_run
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.scenarios.simulbench.family import read_simulbench_file
 from appliance.scenarios.simulbench.headline import simulbench_headline
@@ -37,11 +38,10 @@ from appliance.scenarios.simulbench.user_agent import (
     strategy_grammar,
 )
 from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_outcome, pair_scores
-from appliance.scheduler import Scheduler
-from appliance.stats import bootstrap_interval, cluster_bootstrap_interval
 from appliance.store import EpisodeRecord, Store
 from appliance.store.records import JudgmentRecord
 from appliance.store.run_view import RunView
+from appliance.util.stats import bootstrap_interval, cluster_bootstrap_interval
 from tests.fakes import conversation_of, hand_episode, role_of, scripted_factory, store_hand_run
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from appliance.catalog import checkpoint_steps
+from appliance.catalog.models import checkpoint_steps
 from appliance.compare.gate import IMPROVEMENT, REGRESSION, Thresholds
 from appliance.compare.sweep import compare_sweep
-from appliance.stats import holm_adjusted
 from appliance.store import Store
+from appliance.util.stats import holm_adjusted
 from tests.scripted_sweep import BASE, SWEEP, scripted_sweep_run
 from tests.test_cli import assert_clean_error, cli
 from tests.test_view import _open, _rendered_plots, embedded_data

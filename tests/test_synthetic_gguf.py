@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from appliance.bench.synthetic_gguf import write_synthetic_gguf
+from appliance.catalog.synthetic_shapes import SyntheticShape
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
-from appliance.synthetic_shapes import SyntheticShape
 from tests.test_cli import assert_clean_error, cli
 
 #: two layers, a vocabulary 48 tokens larger than SmolLM2's (filler tokens appended)

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from appliance.bench.e2e import sequential_backend
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
+from appliance.catalog.panels import Panel
+from appliance.catalog.synthetic_shapes import PRESETS
 from appliance.engine.synthetic import ByteTokens
 from appliance.engine.transformers_backend import TransformersBackend, transformers_backend_for
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios import load_family
 from appliance.store import Store
-from appliance.synthetic_shapes import PRESETS
 from tests.test_cli import REPO, assert_clean_error, cli
 
 TINY = "{ layers = 2, hidden_size = 64, heads = 4, kv_heads = 2, vocab_size = 512 }"

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 from appliance.engine.backend import Backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling, ScoringRequest

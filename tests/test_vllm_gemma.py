@@ -10,9 +10,9 @@ import platform
 import numpy as np
 import pytest
 
-from appliance.catalog import load_catalog
+from appliance.catalog.models import load_catalog
 from appliance.engine.types import GenerationRequest, Message, ScoringRequest
-from appliance.pool import ModelPool
+from appliance.episodes.pool import ModelPool
 from tests.fakes import REPO, ask_model
 
 pytestmark = [

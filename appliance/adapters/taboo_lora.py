@@ -22,20 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from appliance.adapters.gguf_lora import peft_to_gguf
-from appliance.catalog import load_catalog
-from appliance.client import RoleBinding
+from appliance.catalog.models import load_catalog
 from appliance.engine.hf_loading import hf_folder_from_gguf, import_torch_stack
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import EpisodeContext
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
 from appliance.paths import default_models_file, project_root, scenarios_dir
-from appliance.pool import ModelPool
 from appliance.scenarios.clembench.family import play_game
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable
 from appliance.scenarios.clembench.taboo import CLUE_TAG, GUESS_TAG, taboo_hits, taboo_instances
-from appliance.scheduler import Scheduler
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 BASE_MODEL = "smollm2-135m"
 #: training words: target, taboo words, two clues that use none of them, and a plausible wrong guess

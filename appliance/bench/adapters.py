@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
 from appliance.errors import ApplianceError
-from appliance.runner import package_versions
+from appliance.run.runner import package_versions
 
 
 class ArmProcess(BaseModel):

@@ -45,13 +45,13 @@ from appliance.bench.machine import describe_machine, nvidia_smi
 from appliance.bench.outputs import write_bench_files
 from appliance.bench.plain_driver import with_plain_arm
 from appliance.bench.prompts import bench_prompts
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.models import Catalog, ModelSpec
+from appliance.catalog.panels import Panel
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
-from appliance.runner import package_versions
+from appliance.run.runner import package_versions
 from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily
 
@@ -337,8 +337,8 @@ def _llama_peers(
 ) -> dict[str, float]:
     """Our llama.cpp engine on the same GGUF as `spec` (a llama_cpp entry with the same source), as shipped
     and in fast mode, on the same prompts; empty when no entry shares the file."""
+    from appliance.catalog.backends import LlamaCppOptions
     from appliance.engine.llama_cpp_backend import LlamaCppBackend
-    from appliance.engine.llama_cpp_options import LlamaCppOptions
 
     twin = llama_cpp_twin(catalog, spec) if spec.backend != "llama_cpp" else None
     if twin is None:

@@ -21,14 +21,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from appliance.bench.rss import PeakRss
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.models import Catalog, ModelSpec
+from appliance.catalog.panels import Panel
 from appliance.engine.backend import Backend, BackendCounters
 from appliance.engine.factory import open_backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.panels import Panel
+from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
-from appliance.runner import Runner
 from appliance.scenarios.base import ScenarioFamily
 from appliance.store import Store
 

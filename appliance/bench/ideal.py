@@ -23,8 +23,8 @@ from appliance.bench.e2e import Workload
 from appliance.bench.prompts import bench_prompts
 from appliance.bench.raw_loop import raw_batched_decode
 from appliance.bench.scoring import raw_prefill
-from appliance.catalog import Catalog
-from appliance.engine.llama_cpp_options import LlamaCppOptions
+from appliance.catalog.backends import LlamaCppOptions
+from appliance.catalog.models import Catalog
 from appliance.engine.llama_native import LlamaModel
 
 #: context per sequence of the raw decode measurement (short prompts, 32 new tokens)

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from appliance.bench.rss import peak_rss_kilobytes
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import GenerationRequest, Message, ResolvedSampling
-from appliance.pool import ModelPool
-from appliance.scheduler import Scheduler
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
 
 QUESTIONS = ["What do you do all day?", "What worries you?", "Tell me about your home.", "What do you eat?"]
 

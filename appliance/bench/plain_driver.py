@@ -18,13 +18,14 @@ from collections.abc import Sequence
 
 from appliance.bench.e2e import ArmResult, EndToEndResult, with_side_arm
 from appliance.bench.rss import PeakRss
-from appliance.catalog import Catalog
-from appliance.client import ModelClient
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import Panel
+from appliance.episodes.client import ModelClient
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.roles import episode_roles
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
 from appliance.judging.scoring import scoring_features
-from appliance.panels import Panel
-from appliance.pool import ModelPool
-from appliance.roles import episode_roles
 from appliance.scenarios.pingpong.family import (
     INTERROGATOR_SAMPLING,
     PLAYER_SAMPLING,
@@ -36,7 +37,6 @@ from appliance.scenarios.pingpong.family import (
     judge_variables,
 )
 from appliance.scenarios.pingpong.judging import replies_in_context
-from appliance.scheduler import Scheduler
 
 #: (speaker, text) of each message of one conversation, in order
 Spoken = list[tuple[str, str]]

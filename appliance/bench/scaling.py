@@ -27,12 +27,12 @@ from appliance.bench.e2e import appliance_arm, workload_config
 from appliance.bench.ideal import IdealTime, ideal_markdown, ideal_time
 from appliance.bench.machine import describe_machine
 from appliance.bench.outputs import write_bench_files
-from appliance.catalog import Catalog, load_catalog
-from appliance.engine.llama_cpp_options import LlamaCppOptions
+from appliance.catalog.backends import LlamaCppOptions
+from appliance.catalog.models import Catalog, load_catalog
+from appliance.catalog.panels import Panel, get_panel
 from appliance.errors import ApplianceError, first_line
-from appliance.panels import Panel, get_panel
 from appliance.paths import judges_dir
-from appliance.runner import package_versions
+from appliance.run.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family
 
 

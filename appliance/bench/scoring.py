@@ -16,15 +16,15 @@ import time
 import llama_cpp as C
 from pydantic import BaseModel
 
-from appliance.client import ModelClient, RoleBinding
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.llama_native import LlamaModel, TokenBatch, default_threads, new_context
 from appliance.engine.scoring import log_softmax
 from appliance.engine.types import GenerationRequest
+from appliance.episodes.client import ModelClient, RoleBinding
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.scheduler import Scheduler
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ScoringTemplate
-from appliance.pool import ModelPool
-from appliance.scheduler import Scheduler
 
 _SUBJECTS = ["my dog", "the weather", "a film I saw", "my new job", "cooking pasta", "a trip to Lisbon", "chess"]
 _REPLIES = ["That sounds lovely, tell me more about it.", "I do not know.", "Pasta is my favourite food too!"]

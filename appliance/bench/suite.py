@@ -31,15 +31,15 @@ from appliance.bench.memory import MemoryResult
 from appliance.bench.outputs import write_bench_files
 from appliance.bench.prompts import bench_prompts
 from appliance.bench.scoring import ScoringBench, scoring_bench
-from appliance.catalog import Catalog, ModelSpec, sha256_of
+from appliance.catalog.backends import LlamaCppOptions
+from appliance.catalog.models import Catalog, ModelSpec, sha256_of
+from appliance.catalog.panels import Panel
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
-from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.engine.llama_native import LlamaModel
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import LikertTemplate, load_judge_template
-from appliance.panels import Panel
 from appliance.paths import judges_dir
-from appliance.runner import package_versions
+from appliance.run.runner import package_versions
 from appliance.scenarios import ScenarioFamily, load_family
 
 TARGET_DECODE_RATIO = 0.90

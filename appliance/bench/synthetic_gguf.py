@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.synthetic_shapes import SyntheticShape, resolve_shape
+from appliance.catalog.synthetic_shapes import SyntheticShape, resolve_shape
 
 #: weight types a synthetic GGUF can be written in (matrices; norms stay float32)
 WEIGHT_TYPES = ("F16", "Q8_0", "Q4_1")

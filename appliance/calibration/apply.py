@@ -27,14 +27,14 @@ import numpy as np
 from appliance.calibration.combiner import FeaturePanel
 from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
+from appliance.catalog.panels import Panel
 from appliance.judging.templates import REFUSAL, load_conversation_template, load_judge_template
-from appliance.panels import Panel
 from appliance.paths import judges_dir
 from appliance.scenarios.base import Family, JudgedFamily, ScenarioFamily
 from appliance.store import JudgmentRecord, ScoreRecord, Store
 from appliance.store.labels import newest_calibrations, store_if_missing
 from appliance.store.records import CalibrationRecord
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 
 def calibrated_template(stage: JudgedFamily, panel: Panel) -> str | None:

@@ -14,18 +14,18 @@ import json
 import math
 from collections.abc import Callable
 
-from appliance.catalog import Catalog
-from appliance.client import EpisodeFailed, ModelClient, derive_seed
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.factory import open_backend
+from appliance.episodes.client import EpisodeFailed, ModelClient, derive_seed
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.roles import BackendFactory, bind_role
+from appliance.episodes.scheduler import Scheduler
 from appliance.judging.scoring import comparison_features, scoring_features
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
-from appliance.panels import Panel
-from appliance.pool import ModelPool
-from appliance.roles import BackendFactory, bind_role
-from appliance.scheduler import Scheduler
 from appliance.store import Store
 from appliance.store.labels import cached_label_verdicts, write_label_verdicts
 from appliance.store.records import LabelVerdict

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from appliance.calibration.features import FOLDS, FeatureCalibration, FeatureColumns, fit_ridge_panel, fold_ids
-from appliance.calibration.metrics import spearman, spearman_columns
+from appliance.util.agreement import spearman, spearman_columns
 
 #: cross-validation repeats (each a new fold assignment) that score a candidate
 REPEATS = 3

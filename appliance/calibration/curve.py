@@ -18,8 +18,8 @@ import numpy as np
 from appliance.calibration.combiner import fit_feature_calibration
 from appliance.calibration.features import fit_ridge_panel
 from appliance.calibration.heldout import Predictor, fit_best_feature, panel_mean_predictor
-from appliance.calibration.metrics import spearman
 from appliance.calibration.tables import ItemTable, split_items
+from appliance.util.agreement import spearman
 
 CURVE_SIZES = (25, 50, 100, 150)
 CURVE_SPLITS = 10

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.calibration.metrics import spearman_columns
+from appliance.util.agreement import spearman_columns
 
 ALPHAS = (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
 FOLDS = 5

@@ -45,7 +45,9 @@ from appliance.calibration.combiner import (
 )
 from appliance.calibration.features import PairFeatureCalibration, decide
 from appliance.calibration.isotonic import fit_isotonic
-from appliance.calibration.metrics import (
+from appliance.calibration.models import PairwiseCalibration, RatingCalibration, rescale, vote
+from appliance.calibration.tables import ItemTable, majority
+from appliance.util.agreement import (
     agreement,
     bootstrap_metrics,
     cohen_kappa,
@@ -55,8 +57,6 @@ from appliance.calibration.metrics import (
     pearson,
     spearman,
 )
-from appliance.calibration.models import PairwiseCalibration, RatingCalibration, rescale, vote
-from appliance.calibration.tables import ItemTable, majority
 
 Row = dict[str, Any]
 Predictor = Callable[[ItemTable], np.ndarray]

@@ -24,8 +24,8 @@ from appliance.calibration.features import (
     weighted_mean_present,
 )
 from appliance.calibration.isotonic import IsotonicMap, fit_isotonic
-from appliance.calibration.metrics import agreement, cohen_kappa
 from appliance.calibration.tables import ItemTable
+from appliance.util.agreement import agreement, cohen_kappa
 
 TIE_BANDS = (0.0, 0.25, 0.5, 0.75)
 #: the kinds of calibration that map a rating (not a preference) onto the human scale: what runs apply

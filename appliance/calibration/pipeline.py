@@ -25,14 +25,14 @@ from appliance.calibration.heldout import feature_report, pair_feature_report, p
 from appliance.calibration.models import fit_pairwise_calibration, fit_rating_calibration
 from appliance.calibration.tables import ItemTable, majority, split_items
 from appliance.calibration.transfer import check_transfer, find_calibration, transfer_report
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.factory import open_backend
+from appliance.episodes.roles import BackendFactory
 from appliance.errors import ApplianceError
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, load_judge_template
 from appliance.labels.model import PAIRWISE_CRITERION, LabelItem, LabelSet
-from appliance.panels import Panel
-from appliance.roles import BackendFactory
 from appliance.store import Store
 from appliance.store.labels import load_label_set, write_calibration
 from appliance.store.records import CalibrationRecord, LabelVerdict

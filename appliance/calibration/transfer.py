@@ -16,16 +16,16 @@ import numpy as np
 
 from appliance.calibration.combiner import FeaturePanel
 from appliance.calibration.heldout import like_for_like, rating_ceiling, with_intervals
-from appliance.calibration.metrics import kendall_tau_b, pearson, spearman
 from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.calibration.tables import ItemTable
+from appliance.catalog.panels import Panel
 from appliance.errors import ApplianceError
 from appliance.judging.templates import JudgeTemplate
-from appliance.panels import Panel
 from appliance.store import Store
 from appliance.store.labels import find_calibration_record
 from appliance.store.records import CalibrationRecord
+from appliance.util.agreement import kendall_tau_b, pearson, spearman
 
 
 def find_calibration(store: Store, judges_folder: Path, calibration_id: str) -> CalibrationRecord:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import BaseModel
 
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import Panel
 from appliance.cli.options import (
     DbOption,
     JsonOption,
@@ -20,7 +21,6 @@ from appliance.cli.options import (
     load_panel,
 )
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
 from appliance.store import Store
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from appliance.catalog import sha256_of
+from appliance.catalog.models import sha256_of
 from appliance.cli.options import (
     DbOption,
     JsonOption,
@@ -376,7 +376,7 @@ def score(
     as_json: JsonOption = False,
 ) -> None:
     """(Re)score a stored run with a panel, without regenerating transcripts; other panels' scores stay."""
-    from appliance.rescoring import rescore_run
+    from appliance.run.rescoring import rescore_run
     from appliance.scenarios import build_scenario_report
 
     catalog = load_models(models)

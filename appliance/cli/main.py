@@ -15,6 +15,10 @@ from appliance.offline import enforce_offline
 
 enforce_offline()
 
+from appliance.engine.load_order import load_llama_first_for  # noqa: E402
+
+load_llama_first_for(sys.argv[1:])  # before the commands' modules import the store (and duckdb)
+
 from appliance.cli.adapter import adapter_app  # noqa: E402
 from appliance.cli.bench import bench_app  # noqa: E402
 from appliance.cli.compare import compare  # noqa: E402
@@ -28,7 +32,7 @@ from appliance.cli.scenarios import scenarios_app  # noqa: E402
 from appliance.cli.store import merge, store_app  # noqa: E402
 from appliance.cli.view import view  # noqa: E402
 from appliance.errors import ApplianceError  # noqa: E402
-from appliance.interrupts import INTERRUPTED_EXIT  # noqa: E402
+from appliance.run.interrupts import INTERRUPTED_EXIT  # noqa: E402
 from appliance.store.damage import damage_line  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Offline LLM evaluation appliance.")

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from appliance.catalog import ModelSpec, locate_model_file
+from appliance.catalog.models import ModelSpec, locate_model_file
 from appliance.cli.options import (
     JsonOption,
     ModelsOption,

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from appliance.catalog import Catalog, load_catalog
-from appliance.panels import Panel, get_panel
+from appliance.catalog.models import Catalog, load_catalog
+from appliance.catalog.panels import Panel, get_panel
 from appliance.paths import default_models_file, judges_dir
 
 # Piped output (CI logs, tests) gets a wide console so tables are not truncated.

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from appliance.calibration.apply import unapplied_calibrations
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
 from appliance.cli.options import (
     DbOption,
     JsonOption,
@@ -24,15 +24,15 @@ from appliance.cli.options import (
     split_values,
 )
 from appliance.cli.store import report_store_check
-from appliance.cluster import ClusterOptions
-from appliance.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts
-from appliance.planning import DEFAULT_LIMIT, RunRequest, parse_family_options, plan_run, quick_suite_note
+from appliance.cluster.ray_cluster import ClusterOptions
+from appliance.cluster.worker_groups import parse_group_sizes
+from appliance.run.interrupts import INTERRUPTED_EXIT, RunInterrupted, StopRequest, graceful_interrupts
+from appliance.run.planning import DEFAULT_LIMIT, RunRequest, parse_family_options, plan_run, quick_suite_note
+from appliance.run.runner import Runner, RunSummary
 from appliance.run_config import RunConfig
-from appliance.runner import Runner, RunSummary
 from appliance.scenarios import ScenarioReport, build_scenario_report, load_run_family
 from appliance.scenarios.registry import families as registered_families
 from appliance.store import EpisodeRecord, Store
-from appliance.worker_groups import parse_group_sizes
 
 ScenarioOption = Annotated[
     list[str] | None,

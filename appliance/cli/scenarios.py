@@ -17,8 +17,8 @@ from appliance.cli.options import (
 )
 from appliance.errors import ApplianceError
 from appliance.paths import project_root
-from appliance.planning import DEFAULT_LIMIT
-from appliance.runner import instances_for_run
+from appliance.run.planning import DEFAULT_LIMIT
+from appliance.run.runner import instances_for_run
 from appliance.scenarios import GenerateRequest, load_family
 from appliance.scenarios.registry import families as registered_families
 from appliance.scenarios.registry import family_entry

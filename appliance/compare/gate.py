@@ -24,10 +24,10 @@ from appliance.headline import Headline, Unit
 from appliance.judging.evidence import separation
 from appliance.scenarios.registry import family_entry
 from appliance.scenarios.spec import family_of
-from appliance.stats import holm_adjusted
 from appliance.store import Store
 from appliance.store.run_view import RunView
-from appliance.tomlfile import read_toml
+from appliance.util.stats import holm_adjusted
+from appliance.util.tomlfile import read_toml
 
 #: the default family-wise false-alarm rate of one comparison
 DEFAULT_ALPHA = 0.05

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from appliance.compare.gate import IMPROVEMENT, Comparison, MetricComparison
 from appliance.compare.sweep import SweepCurve, SweepResult
-from appliance.terminal import interval, number
+from appliance.util.terminal import interval, number
 
 
 def _verdict(row: MetricComparison) -> str:

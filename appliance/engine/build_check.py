@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def main() -> int:
     import llama_cpp
 
-    from appliance.catalog import DEFAULT_MODELS_FILE, load_catalog
+    from appliance.catalog.models import DEFAULT_MODELS_FILE, load_catalog
 
     catalog = load_catalog(REPO / DEFAULT_MODELS_FILE)
     path = catalog.resolve_path(catalog.get("smollm2-135m"))

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
-from appliance.backends import backend_opener, hosts_adapters
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.backends import backend_opener, hosts_adapters
+from appliance.catalog.models import Catalog, ModelSpec
 from appliance.engine.backend import Backend
 
 

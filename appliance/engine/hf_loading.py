@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from appliance.catalog import cache_dir, sha256_of, sha256_of_tree
+from appliance.catalog.models import cache_dir, sha256_of, sha256_of_tree
 from appliance.errors import ApplianceError, first_line
 from appliance.paths import staging_path
 

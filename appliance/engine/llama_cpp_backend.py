@@ -17,13 +17,12 @@ from pathlib import Path
 
 import llama_cpp as C
 
-from appliance.backends import register_backend
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.backends import LlamaCppOptions
+from appliance.catalog.models import Catalog, ModelSpec
 from appliance.engine.backend import BackendBase, cut_at_stop, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
-from appliance.engine.llama_cpp_options import LlamaCppOptions
 from appliance.engine.llama_native import (
     LlamaModel,
     TokenBatch,
@@ -549,7 +548,6 @@ class LlamaCppBackend(BackendBase):
         self.model.close()
 
 
-@register_backend("llama_cpp")
 def open_llama_cpp(catalog: Catalog, spec: ModelSpec, parallel: int) -> LlamaCppBackend:
     options = spec.options_as(LlamaCppOptions)
     return LlamaCppBackend(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.synthetic_shapes import SyntheticShape
+from appliance.catalog.synthetic_shapes import SyntheticShape
 
 SPECIAL_IDS = 3  # 0 padding, 1 beginning, 2 end
 EOS_ID = 2

@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.backends import register_backend
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.backends import TransformersOptions
+from appliance.catalog.models import Catalog, ModelSpec
+from appliance.catalog.synthetic_shapes import SyntheticShape
 from appliance.engine.backend import BackendBase, cut_at_stop, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
@@ -46,9 +47,7 @@ from appliance.engine.transformers_batching import (
     choose_token,
     logits_processors,
 )
-from appliance.engine.transformers_options import TransformersOptions
 from appliance.engine.types import Completion, GenerationRequest
-from appliance.synthetic_shapes import SyntheticShape
 
 
 class TransformersBackend(BackendBase):
@@ -315,7 +314,6 @@ def transformers_backend_for(
     )
 
 
-@register_backend("transformers", hosts_adapters=True)
 def open_transformers(
     catalog: Catalog, spec: ModelSpec, parallel: int, adapters: Sequence[ModelSpec] = ()
 ) -> TransformersBackend:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from appliance.sampling import Sampling
+from appliance.catalog.sampling import Sampling
 
 
 class Message(BaseModel):

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.backends import register_backend
-from appliance.catalog import Catalog, ModelSpec
+from appliance.catalog.backends import VllmOptions
+from appliance.catalog.models import Catalog, ModelSpec
 from appliance.engine.backend import BackendBase, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.factory import hosted_adapters
@@ -39,7 +39,6 @@ from appliance.engine.scoring import (
     scored_completion,
 )
 from appliance.engine.types import Completion, GenerationRequest, ResolvedSampling
-from appliance.engine.vllm_options import VllmOptions
 from appliance.errors import ApplianceError, first_line
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -366,7 +365,6 @@ class VllmBackend(BackendBase):
             gc.collect()
 
 
-@register_backend("vllm", hosts_adapters=True)
 def open_vllm(catalog: Catalog, spec: ModelSpec, parallel: int, adapters: Sequence[ModelSpec] = ()) -> VllmBackend:
     """The engine of `spec`, serving `adapters` (entries of LoRAs of it) as well; an adapter entry alone
     is its base's engine serving that adapter by default."""

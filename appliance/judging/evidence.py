@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from appliance.calibration.metrics import spearman
 from appliance.headline import Headline, HeadlineMetric, Unit
 from appliance.store.run_view import RunView
+from appliance.util.agreement import spearman
 
 #: shuffles of the players' labels that make the noise
 SHUFFLES = 1000

@@ -32,8 +32,8 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 
-from appliance.client import ModelClient
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import ModelClient
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring_templates import EXPECTED, expected_score, scale_distribution
 from appliance.judging.templates import (

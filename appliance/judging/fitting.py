@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from appliance.client import EpisodeFailed
+from appliance.episodes.client import EpisodeFailed
 
 T = TypeVar("T")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from statistics import fmean
 
-from appliance.client import EpisodeFailed, ModelClient
 from appliance.engine.types import ScoredText
+from appliance.episodes.client import EpisodeFailed, ModelClient
 from appliance.judging.scoring_templates import (
     BASELINE,
     EACH_NEGATIVE,

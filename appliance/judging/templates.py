@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from appliance.engine.types import Message
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 REFUSAL = "refusal"
 RATING = "score"

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from appliance.client import ModelClient
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import ModelClient
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.expected_rating import read_roles, read_verdict
 from appliance.judging.fitting import first_that_fits
 from appliance.judging.templates import (
@@ -28,7 +29,6 @@ from appliance.judging.templates import (
     YesNoTemplate,
     judge_messages,
 )
-from appliance.sampling import Sampling
 from appliance.store.records import JudgmentRecord
 
 PairOutcome = Literal["first", "second", "tie", "inconsistent", "unparsed"]

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from appliance.errors import ApplianceError, reading
-from appliance.jsonlines import iter_jsonl_rows
 from appliance.labels.model import KINDS, PAIRWISE_CRITERION, HumanLabel, LabelItem, LabelKind, LabelSet
+from appliance.util.jsonlines import iter_jsonl_rows
 
 # Declared scales of the published sets (from their papers and data cards).
 FED_TURN_SCALES = {"Understandable": (0.0, 1.0), "Overall": (0.0, 4.0)}

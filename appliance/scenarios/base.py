@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict
 
-from appliance.episodes import EpisodeContext
+from appliance.episodes.context import EpisodeContext
 from appliance.run_config import SupportRole
 from appliance.store.run_view import RunView
 

@@ -24,11 +24,11 @@ from appliance.errors import ApplianceError
 from appliance.headline import Estimate, Headline, Unit, estimate
 from appliance.scenarios.registry import build_scenario_report, family_entry, scenario_evidence
 from appliance.scenarios.spec import family_of
-from appliance.stats import bootstrap_interval
 from appliance.store import Store
 from appliance.store.export import TABLES
 from appliance.store.labels import calibration_rows
 from appliance.store.run_view import RunView
+from appliance.util.stats import bootstrap_interval
 from appliance.view.criteria import LabelCriterion, criteria_of_templates
 
 RESAMPLES = 1000

@@ -21,7 +21,7 @@ from appliance.judging.templates import (
     load_judge_template,
     load_roles_template,
 )
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 
 @dataclass(frozen=True)

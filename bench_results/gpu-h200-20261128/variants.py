@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from appliance.bench.synthetic_gguf import write_synthetic_gguf
-from appliance.synthetic_shapes import PRESETS
+from appliance.catalog.synthetic_shapes import PRESETS
 
 donor, out = Path(sys.argv[1]), Path(sys.argv[2])
 base = PRESETS["llama-135m"]

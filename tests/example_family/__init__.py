@@ -15,15 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
-from appliance.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 from appliance.scenarios import FamilyEntry, Instance, LoadRequest, ScenarioFamily, register_family
 from appliance.scenarios.base import RULE_SCORER
-from appliance.stats import bootstrap_interval
 from appliance.store.records import ScoreRecord
 from appliance.store.run_view import RunView
-from appliance.tomlfile import read_toml
+from appliance.util.stats import bootstrap_interval
+from appliance.util.tomlfile import read_toml
 
 DATA = Path(__file__).parent / "data"
 

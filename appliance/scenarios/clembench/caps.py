@@ -10,7 +10,7 @@ all the same (finish reason `length`) are counted in the report.
 
 from __future__ import annotations
 
-from appliance.episodes import EpisodeContext
+from appliance.episodes.context import EpisodeContext
 
 #: the longest "one sentence" the prompts ask for, in characters (a long English sentence is ~150)
 SENTENCE_CHARS = 240

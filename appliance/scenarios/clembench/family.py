@@ -6,7 +6,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from appliance.episodes import EpisodeContext, pair_label
+from appliance.episodes.context import EpisodeContext, pair_label
 from appliance.errors import ApplianceError
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scenarios.clembench.games import game_of, variant_names

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.plugins import Registry, import_submodules
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome
+from appliance.util.plugins import Registry, import_submodules
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
-from appliance.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.clembench.caps import reply_cap, sentence
 from appliance.store.records import ScoreRecord

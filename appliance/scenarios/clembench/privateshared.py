@@ -21,7 +21,7 @@ from appliance.scenarios.clembench.gamedata import load_toml, need, new_instance
 from appliance.scenarios.clembench.games import Game, PublishedItem, register_game
 from appliance.scenarios.clembench.instances import ClemInstance
 from appliance.scenarios.clembench.master import GameTable, Outcome, Seat
-from appliance.stats import cohen_kappa
+from appliance.util.stats import cohen_kappa
 
 
 def quality(slot_accuracy: float, kappa: float) -> float:

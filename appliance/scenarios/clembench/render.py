@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.scenarios.clembench.report import MIN_EPISODES_PER_ROW, ClemReport, ClemRow
-from appliance.terminal import interval as _interval
-from appliance.terminal import number as _number
+from appliance.util.terminal import interval as _interval
+from appliance.util.terminal import number as _number
 
 
 def _overall_table(title: str, rows: list[ClemRow]) -> Table:

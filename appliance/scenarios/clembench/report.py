@@ -20,8 +20,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from appliance.scenarios.clembench.results import folder_pairing
-from appliance.stats import DEFAULT_RESAMPLES, bootstrap_interval
 from appliance.store.run_view import RunView
+from appliance.util.stats import DEFAULT_RESAMPLES, bootstrap_interval
 
 #: episodes per game row below which the report says its figures say little (and the default run's size)
 MIN_EPISODES_PER_ROW = 10

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from appliance.episodes import EpisodeKey, imported_episode
+from appliance.episodes.context import EpisodeKey, imported_episode
 from appliance.errors import ApplianceError
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store import EpisodeRecord, RunRecord, ScoreRecord, Store

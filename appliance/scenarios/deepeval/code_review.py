@@ -17,9 +17,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from appliance.episodes import EpisodeContext
+from appliance.catalog.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.templates import RolesTemplate
-from appliance.sampling import Sampling
 from appliance.sandbox.cases import TestCase
 from appliance.sandbox.run import Isolation, TestRun, run_tests
 from appliance.scenarios.base import RULE_SCORER

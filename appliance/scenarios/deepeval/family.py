@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.episodes import EpisodeContext
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.templates import load_roles_template
 from appliance.run_config import SupportRole
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily, StagedFamily

@@ -21,9 +21,9 @@ from statistics import NormalDist, mean
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.deepeval.settings import Repetitions
 from appliance.scenarios.deepeval.tasks import Payoff, TaskSpec
-from appliance.stats import bootstrap_interval
 from appliance.store.records import ScoreRecord
 from appliance.store.run_view import RunView
+from appliance.util.stats import bootstrap_interval
 
 #: (task, model, role) -> the payoffs of that model in that role, one per episode
 PayoffSamples = dict[tuple[str, str, str], list[float]]

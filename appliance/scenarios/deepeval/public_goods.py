@@ -16,8 +16,8 @@ import json
 import random
 from dataclasses import dataclass
 
-from appliance.episodes import EpisodeContext, table_role
-from appliance.sampling import Sampling
+from appliance.catalog.sampling import Sampling
+from appliance.episodes.context import EpisodeContext, table_role
 from appliance.scenarios.deepeval.payoffs import seat_scores
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, PublicGoods

@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
-from appliance.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 
 REFEREE = "Referee"
 

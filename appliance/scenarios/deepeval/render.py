@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.scenarios.deepeval.report import DeepEvalReport, PayoffRow
-from appliance.terminal import interval as _interval
-from appliance.terminal import number as _number
+from appliance.util.terminal import interval as _interval
+from appliance.util.terminal import number as _number
 
 
 def _table(title: str, columns: list[str], left: int = 1) -> Table:

@@ -27,8 +27,8 @@ from appliance.scenarios.deepeval.payoffs import metric_samples, payoff_samples,
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, Repetitions
 from appliance.scenarios.deepeval.tasks import PayoffKind, TaskSpec, public_goods_seats, task_specs
 from appliance.scenarios.registry import load_family
-from appliance.stats import bootstrap_interval
 from appliance.store.run_view import RunView, StoredEpisode, StoredScore
+from appliance.util.stats import bootstrap_interval
 
 CHAIN_TASKS = ("idiom_chain", "word_chain")
 

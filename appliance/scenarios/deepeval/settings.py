@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.sandbox.limits import SandboxLimits
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 SETTINGS_FILE = "deepeval.toml"
 EntryT = TypeVar("EntryT", bound=BaseModel)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from appliance.episodes import EpisodeContext
+from appliance.catalog.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 from appliance.errors import ApplianceError
 from appliance.judging.templates import RolesTemplate
-from appliance.sampling import Sampling
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings, read_entries
 from appliance.scenarios.deepeval.writer_editor import rate_roles

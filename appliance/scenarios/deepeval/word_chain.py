@@ -16,9 +16,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from appliance.episodes import EpisodeContext
+from appliance.catalog.sampling import Sampling
+from appliance.episodes.context import EpisodeContext
 from appliance.errors import ApplianceError
-from appliance.sampling import Sampling
 from appliance.scenarios.deepeval.payoffs import seat_scores
 from appliance.scenarios.deepeval.referee import Referee, Seat
 from appliance.scenarios.deepeval.settings import DeepEvalSettings

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from statistics import mean
 
-from appliance.client import EpisodeFailed
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import EpisodeFailed
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.templates import RolesTemplate
 from appliance.judging.verdicts import ask_roles
 from appliance.store.records import ScoreRecord

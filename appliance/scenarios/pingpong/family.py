@@ -18,9 +18,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from appliance.client import ContextFull
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import ContextFull
+from appliance.episodes.context import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, ScoringTemplate
 from appliance.judging.templates import (
@@ -33,7 +34,6 @@ from appliance.judging.templates import (
     render,
 )
 from appliance.run_config import SupportRole
-from appliance.sampling import Sampling
 from appliance.scenarios.base import Instance, JudgedFamily
 from appliance.scenarios.pingpong.judging import (
     JUDGING_FILE,
@@ -43,7 +43,7 @@ from appliance.scenarios.pingpong.judging import (
     judge_turn_likelihood,
 )
 from appliance.store.records import JudgmentRecord, ScoreRecord
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 # The method's sampling (PingPong paper): player 0.6 / top_p 0.9, interrogator 0.8 / 0.95. The token
 # caps are well above a chat reply (a few sentences, under 150 tokens), so they cut only run-away text,

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from appliance.errors import ApplianceError
 from appliance.scenarios.pingpong.family import DEFAULT_TURNS, Card, Situation
-from appliance.tomlfile import to_toml
+from appliance.util.tomlfile import to_toml
 
 
 def import_settings(settings_path: Path, out_folder: Path) -> tuple[int, int]:

@@ -22,14 +22,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from appliance.client import EpisodeFailed
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext
+from appliance.episodes.client import EpisodeFailed
+from appliance.episodes.context import EpisodeContext
 from appliance.judging.scoring import scoring_features
 from appliance.judging.scoring_templates import ScoringTemplate
 from appliance.judging.templates import ConversationTemplate, LikertTemplate, render
 from appliance.judging.verdicts import ask_judge
-from appliance.sampling import Sampling
 from appliance.store.records import JudgmentRecord, MessageRecord
 
 JudgingMode = Literal["conversation", "turn"]

@@ -35,8 +35,8 @@ from pydantic import BaseModel
 
 from appliance.errors import ApplianceError
 from appliance.scenarios.pingpong.family import CRITERIA, LIKELIHOOD_TARGETS
-from appliance.stats import bootstrap_interval
 from appliance.store.run_view import RunView, StoredEpisode, StoredMessage, StoredScore
+from appliance.util.stats import bootstrap_interval
 
 
 class PingPongRow(BaseModel):

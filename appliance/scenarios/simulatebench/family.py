@@ -18,18 +18,18 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Completion, Message
-from appliance.episodes import EpisodeContext
+from appliance.episodes.context import EpisodeContext
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.judging.templates import render
-from appliance.sampling import Sampling
 from appliance.scenarios.base import RULE_SCORER, Instance, ScenarioFamily
 from appliance.scenarios.simulatebench.answers import option_letters, parse_choice
 from appliance.scenarios.simulatebench.metrics import consistency_accuracy
 from appliance.scenarios.simulatebench.perturb import variants
 from appliance.scenarios.simulatebench.profile import PARTS, PROMPTS_FILE, Profile, Question, load_profiles
 from appliance.store.records import JudgmentRecord, ScoreRecord
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 PLAYER_SAMPLING = Sampling(temperature=0.0, max_tokens=32)
 #: RCoV is a standard deviation: three variants per field, with the base, give it four values

@@ -17,7 +17,7 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.scenarios.simulatebench.profile import Part, is_not_enough_information
-from appliance.tomlfile import to_toml
+from appliance.util.tomlfile import to_toml
 
 QUESTION_FOLDERS: dict[str, Part] = {
     "basic_information": "immutable",

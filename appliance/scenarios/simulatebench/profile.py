@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from appliance.errors import ApplianceError, describe_validation_error
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 Part = Literal["immutable", "social_role", "relationship"]
 PARTS: tuple[Part, ...] = ("immutable", "social_role", "relationship")

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.scenarios.simulatebench.report import ConsistencyReport, ConsistencyRow
-from appliance.terminal import interval as _interval
-from appliance.terminal import number as _number
+from appliance.util.terminal import interval as _interval
+from appliance.util.terminal import number as _number
 
 
 def print_consistency(console: Console, report: ConsistencyReport) -> None:

@@ -19,8 +19,8 @@ from appliance.engine.backend import did_not_fit
 from appliance.errors import ApplianceError
 from appliance.scenarios.simulatebench.metrics import QuestionResult, consistency_accuracy, rcov
 from appliance.scenarios.simulatebench.profile import PARTS
-from appliance.stats import bootstrap_interval
 from appliance.store.run_view import RunView, StoredEpisode
+from appliance.util.stats import bootstrap_interval
 
 #: how a free-text answer was judged right: our option parser, or the authors' containment test (imports)
 OPTION_PARSER = "option parser"

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from appliance.episodes import EpisodeKey, imported_episode
+from appliance.episodes.context import EpisodeKey, imported_episode
 from appliance.errors import ApplianceError
 from appliance.scenarios.base import RULE_SCORER
 from appliance.scenarios.simulatebench.importer import QUESTION_FOLDERS, variant_label

@@ -27,8 +27,8 @@ from pydantic import BaseModel
 from appliance.engine.backend import did_not_fit
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
 from appliance.scenarios.spec import family_of
-from appliance.stats import cluster_bootstrap_interval
 from appliance.store.run_view import RunView, StoredEpisode
+from appliance.util.stats import cluster_bootstrap_interval
 
 #: the rating template's top score: a script every model got this on tells nothing apart
 PERFECT = 10.0

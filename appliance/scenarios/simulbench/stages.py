@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from appliance.client import EpisodeFailed
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
-from appliance.episodes import EpisodeContext, pair_label
+from appliance.episodes.client import EpisodeFailed
+from appliance.episodes.context import EpisodeContext, pair_label
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
 from appliance.run_config import SupportRole
-from appliance.sampling import Sampling
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
 from appliance.scenarios.simulbench.scripts import (
     DialogueTurn,

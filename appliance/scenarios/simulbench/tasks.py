@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from appliance.errors import ApplianceError, describe_validation_error
-from appliance.jsonlines import read_jsonl_rows
-from appliance.tomlfile import read_toml
+from appliance.util.jsonlines import read_jsonl_rows
+from appliance.util.tomlfile import read_toml
 
 TaskType = Literal["stateless", "stateful"]
 TASK_SET_FORMAT = "appliance.simulbench.tasks/1"

@@ -19,7 +19,7 @@ from appliance.engine.types import Message
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.scenarios.simulbench.scripts import DialogueTurn
 from appliance.scenarios.simulbench.tasks import SimulBenchTask
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 STRATEGIES = ("flaw", "related", "harder", "other")
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from appliance.errors import ApplianceError, describe_validation_error
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 #: how a panel's judges rate: "sampled" asks each for a verdict (a digit, a choice) and parses it;
 #: "likelihood" reads their token probabilities (prefill only) with `likelihood_template`

@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
 from appliance.engine.backend import BackendBase, BackendCounters
 from appliance.engine.types import Completion, GenerationRequest
+from appliance.episodes.pool import ModelPool, Serving
+from appliance.episodes.roles import BackendFactory
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
 from appliance.offline import enforce_offline
-from appliance.pool import ModelPool, Serving
-from appliance.roles import BackendFactory
-from appliance.scheduler import Scheduler
 
 #: how long a remote backend's step waits for its first finished request (the scheduler steps it in a loop)
 _STEP_WAIT_S = 0.002

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from appliance.catalog import Catalog, ModelSpec
-from appliance.client import RoleBinding
+from appliance.catalog.models import Catalog, ModelSpec
+from appliance.catalog.sampling import Sampling
 from appliance.engine.backend import Backend
-from appliance.episodes import table_role
+from appliance.episodes.client import RoleBinding
+from appliance.episodes.context import table_role
 from appliance.run_config import SupportRole
-from appliance.sampling import Sampling
 
 
 class BackendFactory(Protocol):

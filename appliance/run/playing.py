@@ -9,24 +9,24 @@ store, so that it can travel to a worker process that holds its own model pool.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Protocol
 
 from appliance.calibration.apply import calibrated_scores
-from appliance.catalog import Catalog
-from appliance.client import EpisodeFailed
+from appliance.catalog.models import Catalog
 from appliance.engine.backend import BackendCounters
-from appliance.episodes import EpisodeContext, EpisodeKey
-from appliance.interrupts import StopRequest
-from appliance.pool import ModelPool, OnResult
-from appliance.roles import episode_roles
+from appliance.episodes.client import EpisodeFailed
+from appliance.episodes.context import EpisodeContext, EpisodeKey
+from appliance.episodes.pool import ModelPool, OnResult
+from appliance.episodes.roles import BackendFactory, episode_roles
+from appliance.episodes.scheduler import Scheduler
+from appliance.run.interrupts import StopRequest
 from appliance.run_config import RunConfig
 from appliance.scenarios.base import Instance, ScenarioFamily
 from appliance.scenarios.spec import family_of
-from appliance.scheduler import Scheduler
 from appliance.store import EpisodeRecord
 from appliance.store.records import CalibrationRecord
 
@@ -151,6 +151,22 @@ class Players(Protocol):
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None: ...
+
+
+class Cluster(Protocol):
+    """Machines other than this process that play a run's episodes (`appliance.cluster`): the runner asks
+    one for its players and stores its description, and never imports what it runs on."""
+
+    def describe(self) -> str: ...
+
+    def players(
+        self,
+        catalog: Catalog,
+        models: list[str],
+        player: EpisodePlayer,
+        backend_factory: BackendFactory,
+        on_worker: Callable[[str, int], None] | None,
+    ) -> Players: ...
 
 
 class LocalPlayers:

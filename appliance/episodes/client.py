@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import (
     Completion,
     GenerationRequest,
@@ -21,8 +22,7 @@ from appliance.engine.types import (
     ScoringRequest,
     TokenScores,
 )
-from appliance.sampling import Sampling
-from appliance.scheduler import Scheduler
+from appliance.episodes.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

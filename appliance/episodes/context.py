@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from appliance.client import ModelClient, RoleBinding
+from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Completion, Message
-from appliance.sampling import Sampling
-from appliance.scheduler import Scheduler
+from appliance.episodes.client import ModelClient, RoleBinding
+from appliance.episodes.scheduler import Scheduler
 from appliance.store.records import EpisodeRecord, JudgmentRecord, MessageRecord, ScoreRecord
 
 

@@ -11,19 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from appliance.calibration.apply import calibrated_scores, pick_calibrations
-from appliance.catalog import Catalog
-from appliance.client import derive_seed
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import Panel
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeContext, EpisodeKey, pair_label
+from appliance.episodes.client import derive_seed
+from appliance.episodes.context import EpisodeContext, EpisodeKey, pair_label
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.roles import BackendFactory, episode_roles
+from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
-from appliance.panels import Panel
-from appliance.pool import ModelPool
-from appliance.roles import BackendFactory, episode_roles
+from appliance.run.runner import prepare_stage
 from appliance.run_config import RunConfig
-from appliance.runner import prepare_stage
 from appliance.scenarios import load_run_family
 from appliance.scenarios.base import Instance, JudgedFamily, ScenarioFamily
-from appliance.scheduler import Scheduler
 from appliance.store import MessageRecord, Store
 from appliance.store.repair import Reconciliation, reconcile_run
 

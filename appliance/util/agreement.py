@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from appliance.stats import cohen_kappa
+from appliance.util.stats import cohen_kappa
 
 Vector = np.ndarray
 

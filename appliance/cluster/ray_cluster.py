@@ -30,18 +30,9 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
-from appliance.catalog import Catalog
-from appliance.engine.backend import BackendCounters
-from appliance.episodes import EpisodeKey
-from appliance.errors import ApplianceError
-from appliance.loopback import LoopbackNetwork
-from appliance.offline import enforce_offline
-from appliance.playing import EpisodePlayer, OnPlayed, PlannedEpisode
-from appliance.pool import ModelPool, Serving
-from appliance.roles import BackendFactory
-from appliance.scenarios.base import Instance, ScenarioFamily
-from appliance.store import EpisodeRecord
-from appliance.worker_groups import (
+from appliance.catalog.models import Catalog
+from appliance.cluster.loopback import LoopbackNetwork
+from appliance.cluster.worker_groups import (
     GROUP_WORKER_RESTARTS,
     ModelServer,
     RemoteBackend,
@@ -50,6 +41,15 @@ from appliance.worker_groups import (
     plan_groups,
     with_threads,
 )
+from appliance.engine.backend import BackendCounters
+from appliance.episodes.context import EpisodeKey
+from appliance.episodes.pool import ModelPool, Serving
+from appliance.episodes.roles import BackendFactory
+from appliance.errors import ApplianceError
+from appliance.offline import enforce_offline
+from appliance.run.playing import EpisodePlayer, OnPlayed, PlannedEpisode
+from appliance.scenarios.base import Instance, ScenarioFamily
+from appliance.store import EpisodeRecord
 
 #: set for the driver and every worker before Ray starts: no usage statistics, no dashboard, and
 #: workers at the driver's priority: Ray's default (nice 15) lets any other busy process on a shared
@@ -86,6 +86,17 @@ class ClusterOptions:
         gpus = f", {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else ""
         groups = "".join(f", group {name} x {size}" for name, size in self.group_sizes)
         return f"ray {self.address}: {self.workers} workers x {self.cpus_per_worker:g} CPU{gpus}{groups}"
+
+    def players(
+        self,
+        catalog: Catalog,
+        models: list[str],
+        player: EpisodePlayer,
+        backend_factory: BackendFactory,
+        on_worker: Callable[[str, int], None] | None,
+    ) -> RayCluster:
+        """The runner's `Cluster`: connect to (or start) the cluster, every worker's models loaded."""
+        return RayCluster.start(self, catalog, models, player, backend_factory, on_worker)
 
 
 @dataclass(frozen=True)
@@ -403,7 +414,7 @@ def _ready(ray: Any, actor: Any) -> int:
 
 def _keep_to_the_loopback(network: LoopbackNetwork) -> None:
     """A local cluster's servers listen on every interface; in a network namespace of their own every
-    interface is the loopback (appliance/loopback.py). Where that cannot be had, stderr says so."""
+    interface is the loopback (appliance/cluster/loopback.py). Where that cannot be had, stderr says so."""
     problem = network.enter()
     if problem is not None:
         print(f"warning: the local Ray cluster listens on the host's network ({problem})", file=sys.stderr)

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
+from appliance.catalog.panels import get_panel
 from appliance.errors import ApplianceError
-from appliance.panels import get_panel
 from appliance.paths import judges_dir
 from appliance.run_config import RunConfig
 from appliance.scenarios.registry import FamilyEntry, family_entry, family_options

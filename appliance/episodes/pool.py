@@ -17,11 +17,11 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from appliance.catalog import Catalog
+from appliance.catalog.models import Catalog
 from appliance.engine.backend import Backend, BackendCounters, distinct_backends
 from appliance.engine.factory import adapter_hosts, open_adapter_host, open_backend
-from appliance.roles import BackendFactory
-from appliance.scheduler import Scheduler
+from appliance.episodes.roles import BackendFactory
+from appliance.episodes.scheduler import Scheduler
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")

@@ -20,18 +20,17 @@ from importlib import metadata
 from typing import Any
 
 from appliance.calibration.apply import pick_calibrations
-from appliance.catalog import Catalog, ModelSpec, sha256_of, sha256_of_tree
-from appliance.client import derive_seed
-from appliance.cluster import ClusterOptions, RayCluster
+from appliance.catalog.models import Catalog, ModelSpec, sha256_of, sha256_of_tree
 from appliance.engine.backend import did_not_fit
 from appliance.engine.factory import open_backend
-from appliance.episodes import EpisodeKey, pair_label, table_label
+from appliance.episodes.client import derive_seed
+from appliance.episodes.context import EpisodeKey, pair_label, table_label
+from appliance.episodes.pool import ModelPool
+from appliance.episodes.roles import BackendFactory
 from appliance.errors import ApplianceError
-from appliance.interrupts import RunInterrupted, StopRequest
 from appliance.paths import project_root
-from appliance.playing import EpisodePlayer, LocalPlayers, PlannedEpisode, Players
-from appliance.pool import ModelPool
-from appliance.roles import BackendFactory
+from appliance.run.interrupts import RunInterrupted, StopRequest
+from appliance.run.playing import Cluster, EpisodePlayer, LocalPlayers, PlannedEpisode, Players
 from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
 from appliance.scenarios import load_run_family
@@ -200,11 +199,11 @@ class Runner:
         store: Store,
         backend_factory: BackendFactory = open_backend,
         stop: StopRequest | None = None,
-        cluster: ClusterOptions | None = None,
+        cluster: Cluster | None = None,
         on_worker: Callable[[str, int], None] | None = None,
     ) -> None:
-        """`cluster`: play the episodes on Ray workers (`appliance.cluster`); `on_worker(name, pid)`
-        as each is ready."""
+        """`cluster`: play the episodes elsewhere (Ray workers: `appliance.cluster.ray_cluster.ClusterOptions`);
+        `on_worker(name, pid)` as each is ready."""
         self.catalog = catalog
         self.store = store
         self.backend_factory = backend_factory
@@ -222,7 +221,7 @@ class Runner:
                 self.catalog, names, parallel=player.config.parallel, backend_factory=self.backend_factory
             )
             return LocalPlayers(pool, player)
-        return RayCluster.start(self.cluster, self.catalog, names, player, self.backend_factory, self.on_worker)
+        return self.cluster.players(self.catalog, names, player, self.backend_factory, self.on_worker)
 
     def played_by_worker(self) -> dict[str, int]:
         """While a run plays on a cluster: the episodes each worker has played so far (else empty)."""

@@ -28,13 +28,13 @@ from pydantic import (
     model_validator,
 )
 
-from appliance.backends import BackendOptions, backend_names, backend_options, option_readers
+from appliance.catalog.backends import BackendOptions, backend_names, backend_options, option_readers
+from appliance.catalog.model_parts import join_parts, joined_target, part_files
+from appliance.catalog.sampling import Sampling
+from appliance.catalog.synthetic_shapes import SyntheticShape, resolve_shape
 from appliance.errors import ApplianceError, describe_validation_error, first_field_error
-from appliance.model_parts import join_parts, joined_target, part_files
 from appliance.paths import staging_path
-from appliance.sampling import Sampling
-from appliance.synthetic_shapes import SyntheticShape, resolve_shape
-from appliance.tomlfile import read_toml
+from appliance.util.tomlfile import read_toml
 
 ChatFormat = Literal["gguf", "plain"]
 OptionsT = TypeVar("OptionsT", bound=BackendOptions)

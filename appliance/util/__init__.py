@@ -1,0 +1,2 @@
+"""Small utilities below everything else: TOML and JSONL reading, statistics, agreement measures, number
+formatting, self-registration."""
