@@ -11,7 +11,7 @@ Everything here sees the fitting part only. For ratings the ridge panel is one c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -267,29 +267,74 @@ def decide(score: np.ndarray, band: float) -> np.ndarray:
     return result
 
 
+#: the feature sets a pairwise calibration chooses among on its fitting part, by out-of-fold agreement with
+#: the human majority: every feature of every judge; the judges' direct comparison (`preference`) beside the
+#: responses' length difference; the length difference alone. A ridge on every feature of two judges has
+#: twenty coefficients for a few hundred pairs; the smaller sets are the ones it may be overfitting past.
+PAIR_FEATURE_SETS: dict[str, tuple[str, ...] | None] = {
+    "every feature": None,
+    "direct preference and length": ("preference", "tokens"),
+    "length": ("tokens",),
+}
+
+
 @dataclass(frozen=True)
 class PairFeatureCalibration:
     """A feature calibration of the preference (-1..1) from the pair's feature differences, and a tie band."""
 
     features: FeatureCalibration
     tie_band: float
+    #: the `PAIR_FEATURE_SETS` entry chosen on the fitting part
+    feature_set: str = "every feature"
+    #: each candidate set's out-of-fold agreement inside the fitting part (what chose it)
+    fit_agreement: dict[str, float] = field(default_factory=dict)
 
     def predict(self, by_judge: dict[str, FeatureColumns]) -> np.ndarray:
         return decide(self.features.predict(by_judge), self.tie_band)
 
+    def features_by_judge(self) -> dict[str, tuple[str, ...]]:
+        """The features each judge must supply."""
+        return self.features.features_by_judge()
+
     def to_json(self) -> dict[str, Any]:
-        return self.features.to_json() | {"kind": "pair_features", "tie_band": self.tie_band}
+        chosen = {"feature_set": self.feature_set, "fit_agreement": self.fit_agreement}
+        return self.features.to_json() | {"kind": "pair_features", "tie_band": self.tie_band} | chosen
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PairFeatureCalibration:
-        return cls(FeatureCalibration.from_json(data), float(data["tie_band"]))
+        return cls(
+            FeatureCalibration.from_json(data),
+            float(data["tie_band"]),
+            str(data.get("feature_set", "every feature")),
+            {str(name): float(value) for name, value in data.get("fit_agreement", {}).items()},
+        )
 
 
 def fit_pair_feature_calibration(
     by_judge: dict[str, FeatureColumns], human: np.ndarray, *, seed: int
 ) -> PairFeatureCalibration:
-    """The regression of the human majority (-1, 0, +1) on the feature differences; the tie band with the
-    best agreement on the fitting part's out-of-fold panel predictions."""
+    """For each of `PAIR_FEATURE_SETS`: the regression of the human majority (-1, 0, +1) on those feature
+    differences, and the tie band with the best agreement on the fitting part's out-of-fold panel
+    predictions; the set whose out-of-fold agreement is highest is kept (the first, on a tie)."""
+    fitted: list[tuple[str, FeatureCalibration, float, float]] = []
+    for name, kept in PAIR_FEATURE_SETS.items():
+        columns = {
+            judge: {feature: column for feature, column in own.items() if kept is None or feature in kept}
+            for judge, own in by_judge.items()
+        }
+        columns = {judge: own for judge, own in columns.items() if own}
+        if columns:
+            fitted.append((name, *_fit_pair_features(columns, human, seed=seed)))
+    if not fitted:
+        return PairFeatureCalibration(fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed), 0.0)
+    name, features, band, _ = max(fitted, key=lambda candidate: candidate[3])
+    return PairFeatureCalibration(features, band, name, {n: agreement for n, _, _, agreement in fitted})
+
+
+def _fit_pair_features(
+    by_judge: dict[str, FeatureColumns], human: np.ndarray, *, seed: int
+) -> tuple[FeatureCalibration, float, float]:
+    """The ridge panel on these columns, its tie band and its out-of-fold agreement at that band."""
     features = fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed)
     cross_fitted = [
         np.clip(out_of_fold(columns, human, seed=seed), -1.0, 1.0)
@@ -297,7 +342,7 @@ def fit_pair_feature_calibration(
         if judge in features.judges
     ]
     if not cross_fitted:
-        return PairFeatureCalibration(features, 0.0)
+        return features, 0.0, 0.0
     with np.errstate(invalid="ignore"):
         score = np.nanmean(np.vstack(cross_fitted), axis=0)
 
@@ -306,4 +351,5 @@ def fit_pair_feature_calibration(
         present = np.isfinite(decided) & np.isfinite(human)
         return float(np.mean(decided[present] == human[present])) if present.any() else 0.0
 
-    return PairFeatureCalibration(features, max(PAIR_TIE_BANDS, key=agreement))
+    band = max(PAIR_TIE_BANDS, key=agreement)
+    return features, band, agreement(band)

@@ -15,6 +15,8 @@ from appliance.store.records import CalibrationRecord
 
 SHIPPED_FOLDER = "calibrations"
 _METRICS = ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
+#: what a pairwise calibration's rows measure (agreement with the human majority: +1, 0, -1)
+_PAIR_METRICS = ("kappa", "agreement", "position_bias")
 
 
 def shipped_stem(record: CalibrationRecord) -> str:
@@ -53,6 +55,23 @@ def combiner_sentence(combiner: dict[str, Any]) -> str:
     )
 
 
+def pair_features_sentence(model: dict[str, Any]) -> str:
+    """How a pairwise calibration decides: the feature set chosen on the fitting part, and its tie band."""
+    scores = ", ".join(f"{name} {value:.3f}" for name, value in model.get("fit_agreement", {}).items())
+    return (
+        f"Panel calibrated = a ridge regression of the human majority (+1, 0, -1) on the pair's feature "
+        f"differences, on the feature set chosen on the fitting part: {model.get('feature_set', 'every feature')} "
+        f"(out-of-fold agreement inside the fitting part: {scores or '-'}); {_tie_words(model)}. A feature alone = "
+        "its sign, oriented on the fitting part; "
+        "length_baseline = the longer response wins."
+    )
+
+
+def _tie_words(model: dict[str, Any]) -> str:
+    band = float(model.get("tie_band", 0.0))
+    return f"a tie within {band:g} of 0" if band > 0 else "no tie band chosen (a tie only at exactly 0)"
+
+
 def _cell(metric: Any) -> str:
     if not isinstance(metric, dict) or metric.get("value") is None:
         return "-"
@@ -63,8 +82,9 @@ def _cell(metric: Any) -> str:
 def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     """The held-out report as a Markdown table, with what was fitted and how it was measured."""
     rows: list[tuple[str, dict[str, Any]]] = []
+    pairs = record.model.get("kind") in ("pairwise", "pair_features")
     for judge, row in report["judges"].items():
-        rows.append((f"{judge} (summary feature alone)", row))
+        rows.append((f"{judge} ({'its calibrated preference' if pairs else 'summary feature alone'})", row))
         if "calibrated" in row:
             rows.append((f"{judge} (calibrated)", row["calibrated"]))
     rows += [(key, report[key]) for key in ("panel_mean", "panel_calibrated", "human_ceiling", "length_baseline")]
@@ -73,6 +93,7 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     weights = record.model.get("weights", {})
+    metrics = _PAIR_METRICS if pairs else _METRICS
     lines = [
         f"# Calibration {record.calibration_id}",
         "",
@@ -83,19 +104,21 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
         + (
             combiner_sentence(report["combiner"])
             if "combiner" in report
+            else pair_features_sentence(record.model)
+            if record.model.get("kind") == "pair_features"
             else f"Panel weights (cross-fitted): {', '.join(f'{j} {w:.2f}' for j, w in weights.items())}."
         ),
         "",
-        "Held-out agreement with the human mean, 95% bootstrap intervals (items sharing a context resampled "
-        "together). `spearman_like_for_like`: against the mean of all annotators but one, averaged over the "
-        "one left out, which is how `human_ceiling` compares an annotator with the others.",
+        "Held-out agreement with the human mean (pairs: the majority), 95% bootstrap intervals (items sharing a "
+        "context resampled together). `spearman_like_for_like`: against the mean of all annotators but one, "
+        "averaged over the one left out, which is how `human_ceiling` compares an annotator with the others.",
         "",
-        "| row | n | " + " | ".join(_METRICS) + " |",
-        "|---|---:|" + "---:|" * len(_METRICS),
+        "| row | n | " + " | ".join(metrics) + " |",
+        "|---|---:|" + "---:|" * len(metrics),
     ]
     for label, row in rows:
         count = row.get("n", row.get("annotators", ""))
-        lines.append(f"| {label} | {count} | " + " | ".join(_cell(row.get(m)) for m in _METRICS) + " |")
+        lines.append(f"| {label} | {count} | " + " | ".join(_cell(row.get(m)) for m in metrics) + " |")
     if unmeasured := report["human_ceiling"].get("not_measurable"):
         lines += ["", f"Human ceiling: {unmeasured}."]
     if "curve" in report:

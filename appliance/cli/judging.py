@@ -300,8 +300,10 @@ def _calibration_rows(report: dict[str, Any], *, pairwise: bool, features: bool)
 
 
 def _method_sentence(report: dict[str, Any], *, pairwise: bool, features: bool) -> str:
-    from appliance.calibration.shipped import combiner_sentence
+    from appliance.calibration.shipped import combiner_sentence, pair_features_sentence
 
+    if pairwise and features:
+        return pair_features_sentence(report["model"])
     if pairwise:
         return (
             "Each pair is judged in both orders: a win needs both, anything else counts as a tie; position bias = "
