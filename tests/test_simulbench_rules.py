@@ -529,3 +529,77 @@ def test_perfect_scripts_belong_to_the_script_set_and_one_player_decides_none(tm
     assert sorted(unit.key for unit in headline.units) == ["s2", "s3"]  # the gate and the page drop s1 too
     assert single.perfect_dropped == 0 and single.rows[0].all.mean == pytest.approx(8.5)
     assert single.perfect_decided_by.startswith("nobody: run one has one player")
+
+
+def test_a_likelihood_panel_reads_a_pair_and_a_pairwise_calibration_decides_it_with_its_tie_band() -> None:
+    """Under a likelihood panel a comparison's raw outcome is the sign of the judges' mean direct
+    preference, and a judge leaning to a slot more than it prefers is counted position-biased; a
+    `pair_features` calibration of `instruction_likelihood` (as PandaLM's pairs ship) then decides the
+    outcome from the features, a tie inside its band."""
+    from datetime import datetime
+
+    from appliance.calibration.apply import calibrated_scores
+    from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, RidgeModel
+    from appliance.judging.scoring_templates import POSITION_LEAN, PREFERENCE
+    from appliance.scenarios.simulbench.stages import PAIR_LIKELIHOOD_TEMPLATE, CompareStage
+    from appliance.scenarios.simulbench.verdicts import read_pair_scores
+    from appliance.store.records import CalibrationRecord, JudgmentRecord
+
+    readings: dict[str, dict[str, float] | None] = {
+        "a": {PREFERENCE: 0.4, POSITION_LEAN: 0.1},
+        "b": {PREFERENCE: -0.1, POSITION_LEAN: 0.9},  # shows the first slot winning in both orders
+        "c": None,  # the pair did not fit this judge
+    }
+    outcome, bias = read_pair_scores(readings, panel="p", player="x--y")
+    assert (outcome.metric, outcome.value) == ("pair_outcome", 1.0)
+    assert (bias.metric, bias.value) == ("position_bias", 0.5)
+    assert read_pair_scores({"a": None}, panel="p", player="x--y")[0].value is None
+    flipped = {"a": {PREFERENCE: -0.4, POSITION_LEAN: 0.0}}
+    assert read_pair_scores(flipped, panel="p", player="x--y")[0].value == -1.0
+
+    # a calibration that reads the preference alone: predicted = 0.8 * preference, a tie within 0.1
+    model = RidgeModel((PREFERENCE,), (0.0,), (1.0,), (0.8,), 0.0, 1.0)
+    calibration = PairFeatureCalibration(FeatureCalibration({"a": model}, {"a": 1.0}, (-1.0, 1.0)), 0.1)
+    record = CalibrationRecord(
+        calibration_id="cal-pairs",
+        created_at=datetime(2026, 1, 1),
+        panel="p",
+        judges=["a"],
+        label_set="pandalm",
+        criterion="preference",
+        template=PAIR_LIKELIHOOD_TEMPLATE,
+        seed=0,
+        fit_items=[],
+        heldout_items=[],
+        model=calibration.to_json(),
+        metrics={},
+    )
+    stage = CompareStage.__new__(CompareStage)
+    assert stage.calibrated_kind == "pair" and stage.calibrated_metric == "pair_outcome"
+
+    def decided(preference: float) -> float | None:
+        judgments = [
+            JudgmentRecord(
+                panel="p",
+                judge="a",
+                mode="likelihood",
+                template=PAIR_LIKELIHOOD_TEMPLATE,
+                target_idx=1,
+                criterion=name,
+                score=value,
+                raw_text="{}",
+                parsed=True,
+            )
+            for name, value in ((PREFERENCE, preference), (POSITION_LEAN, 0.0))
+        ]
+        raw = read_pair_scores({"a": {PREFERENCE: preference}}, panel="p", player="x--y")
+        (scored,) = [
+            s for s in calibrated_scores(stage, raw, judgments, {stage.name: record}) if s.metric == "pair_outcome"
+        ]
+        assert scored.calibration_id == "cal-pairs"
+        return scored.calibrated_value
+
+    stage.name = "simulbench"
+    assert decided(0.5) == 1.0  # 0.4 > 0.1
+    assert decided(-0.5) == -1.0
+    assert decided(0.1) == 0.0  # 0.08 is inside the band, though the raw sign says the first wins

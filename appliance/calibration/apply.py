@@ -25,6 +25,7 @@ from statistics import mean
 import numpy as np
 
 from appliance.calibration.combiner import FeaturePanel
+from appliance.calibration.features import PairFeatureCalibration
 from appliance.calibration.models import RATING_KINDS, RatingCalibration, calibration_from_json
 from appliance.calibration.shipped import SHIPPED_FOLDER
 from appliance.catalog.panels import Panel
@@ -36,11 +37,14 @@ from appliance.store.labels import newest_calibrations, store_if_missing
 from appliance.store.records import CalibrationRecord
 from appliance.util.tomlfile import read_toml
 
+#: the kinds of calibration a stage's calibrated metric takes, by what it maps (`JudgedFamily.calibrated_kind`)
+APPLIED_KINDS = {"rating": RATING_KINDS, "pair": ("pair_features",)}
+
 
 def calibrated_template(stage: JudgedFamily, panel: Panel) -> str | None:
     """The template whose verdicts the stage's calibration maps: the panel's own for a likelihood panel."""
     if panel.judging == "likelihood":
-        return panel.likelihood_template if stage.scores_likelihood else None
+        return (stage.own_likelihood_template or panel.likelihood_template) if stage.scores_likelihood else None
     return stage.judge_template
 
 
@@ -79,7 +83,7 @@ def pick_calibrations(
                 *newest_calibrations(store, panel.name, template, list(panel.judges)),
                 *shipped_calibrations(folder, panel, template),
             )
-            if record.model.get("kind") in RATING_KINDS
+            if record.model.get("kind") in APPLIED_KINDS[stage.calibrated_kind]
             and record.model.get("template_fingerprint", fingerprint) == fingerprint
         ]
         for metric, target in calibrated_metrics(stage, panel).items():
@@ -175,9 +179,11 @@ def judge_features(judgments: Sequence[JudgmentRecord], template: str) -> dict[i
 
 
 def _target_predictions(
-    calibration: RatingCalibration | FeaturePanel, judgments: Sequence[JudgmentRecord], template: str
+    calibration: RatingCalibration | FeaturePanel | PairFeatureCalibration,
+    judgments: Sequence[JudgmentRecord],
+    template: str,
 ) -> list[float]:
-    """The calibrated panel value of every judged target."""
+    """The calibrated panel value of every judged target (a pair: +1, 0 or -1, the tie band applied)."""
     predicted: list[float] = []
     if not isinstance(calibration, RatingCalibration):
         needed = calibration.features_by_judge()
@@ -199,7 +205,7 @@ def apply_calibration(
     scores: list[ScoreRecord], judgments: Sequence[JudgmentRecord], record: CalibrationRecord, metric: str
 ) -> list[ScoreRecord]:
     calibration = calibration_from_json(record.model)
-    assert isinstance(calibration, RatingCalibration | FeaturePanel)
+    assert isinstance(calibration, RatingCalibration | FeaturePanel | PairFeatureCalibration)
     per_target = _target_predictions(calibration, judgments, record.template)
     if not per_target:
         return scores

@@ -21,7 +21,7 @@ from appliance.episodes.client import EpisodeFailed, ModelClient, derive_seed
 from appliance.episodes.pool import ModelPool
 from appliance.episodes.roles import BackendFactory, bind_role
 from appliance.episodes.scheduler import Scheduler
-from appliance.judging.scoring import comparison_features, scoring_features
+from appliance.judging.scoring import pair_reading, scoring_features
 from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
@@ -151,15 +151,16 @@ async def _feature_verdict(
 ) -> LabelVerdict:
     """One judge's features of an item (a pair: the first response's minus the second's)."""
     try:
-        if "response_a" in variables:
-            reads = [
-                scoring_features(client, template, {**variables, "response": variables[key]}, judge, f"{judge}-{key}")
-                for key in ("response_a", "response_b")
-            ]
-            if isinstance(template, LikelihoodTemplate) and template.comparison_prompt:  # both responses at once
-                reads.append(comparison_features(client, template, variables, judge, f"{judge}-compare"))
-            first, second, *comparison = await asyncio.gather(*reads)
-            features = pair_features(first, second) | (comparison[0] if comparison else {})
+        if "response_a" in variables and isinstance(template, LikelihoodTemplate):
+            features = await pair_reading(client, template, variables, judge, judge)
+        elif "response_a" in variables:  # an expected-score template reads each response alone
+            first, second = await asyncio.gather(
+                *(
+                    scoring_features(client, template, {**variables, "response": variables[k]}, judge, f"{judge}-{k}")
+                    for k in ("response_a", "response_b")
+                )
+            )
+            features = pair_features(first, second)
         else:
             features = await scoring_features(client, template, variables, judge, judge)
     except EpisodeFailed as error:  # the item does not fit this judge's context: no features

@@ -25,6 +25,7 @@ from appliance.judging.scoring_templates import (
     LikelihoodTemplate,
     ScoringTemplate,
     expected_score,
+    pair_features,
     scoring_variables,
 )
 from appliance.judging.templates import render
@@ -122,3 +123,20 @@ async def comparison_features(
         raise EpisodeFailed(f"judge '{judge}' returned no probabilities for the comparison's two choices")
     shown_first, shown_second = (s.choice_logprobs[0] - s.choice_logprobs[1] for s in scores)
     return {PREFERENCE: (shown_first - shown_second) / 2, POSITION_LEAN: (shown_first + shown_second) / 2}
+
+
+async def pair_reading(
+    client: ModelClient, template: LikelihoodTemplate, variables: dict[str, str], judge: str, conversation: str
+) -> dict[str, float]:
+    """One judge's features of a pair (`response_a`, `response_b`): each response read on its own, the
+    first's features minus the second's, and where the template has a comparison prompt, the direct
+    read of both at once (`preference`, `position_lean`). Calibration and SimulBench's comparisons
+    read pairs the same way, so a pairwise calibration applies to what a run reads."""
+    reads = [
+        scoring_features(client, template, {**variables, "response": variables[key]}, judge, f"{conversation}-{key}")
+        for key in ("response_a", "response_b")
+    ]
+    if template.comparison_prompt:
+        reads.append(comparison_features(client, template, variables, judge, f"{conversation}-compare"))
+    first, second, *comparison = await asyncio.gather(*reads)
+    return pair_features(first, second) | (comparison[0] if comparison else {})

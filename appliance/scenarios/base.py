@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -125,6 +126,12 @@ class JudgedFamily(ScenarioFamily):
     #: under a likelihood panel, each calibrated episode metric and the human label set and criterion
     #: its calibration must be fitted on (`calibrated_metric` first; the others are the family's criteria)
     likelihood_targets: Mapping[str, tuple[str, str]] = MappingProxyType({})
+    #: the template a likelihood panel reads this family with where the panel's own (made for turns of a
+    #: conversation) does not fit: SimulBench's comparisons read a pair with `instruction_likelihood`
+    own_likelihood_template: str | None = None
+    #: what the calibration of `calibrated_metric` maps: a rating onto a human scale, or a pair's features
+    #: onto a preference for one response and a tie band (a `pair_features` calibration)
+    calibrated_kind: Literal["rating", "pair"] = "rating"
 
     @abstractmethod
     async def judge(self, ctx: EpisodeContext, instance: Instance, judges: list[str], panel: str) -> None:

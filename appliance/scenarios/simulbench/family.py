@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from appliance.errors import ApplianceError
+from appliance.judging.scoring_templates import LikelihoodTemplate
 from appliance.judging.templates import (
     JudgeTemplate,
     PairwiseTemplate,
@@ -22,7 +23,13 @@ from appliance.judging.templates import (
 from appliance.scenarios.base import ScenarioFamily, StagedFamily
 from appliance.scenarios.simulbench.report import PERFECT_DECIDED_BY, PERFECT_SCRIPTS, perfect_scripts_of_run
 from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
-from appliance.scenarios.simulbench.stages import CollectStage, CompareStage, EvaluateStage, ExtractStage
+from appliance.scenarios.simulbench.stages import (
+    PAIR_LIKELIHOOD_TEMPLATE,
+    CollectStage,
+    CompareStage,
+    EvaluateStage,
+    ExtractStage,
+)
 from appliance.scenarios.simulbench.tasks import (
     TASK_SET_FORMAT,
     SimulBenchTask,
@@ -37,8 +44,8 @@ from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 from appliance.store.run_view import RunView
 
-TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate)
-TEMPLATES = ("challenging_turn", "simulbench_rating", "simulbench_pairwise")
+TemplateT = TypeVar("TemplateT", RatingTemplate, PairwiseTemplate, YesNoTemplate, LikelihoodTemplate)
+TEMPLATES = ("challenging_turn", "simulbench_rating", "simulbench_pairwise", PAIR_LIKELIHOOD_TEMPLATE)
 
 
 #: published scripts: the study already left out the 10 that all its 14 models answered perfectly
@@ -70,7 +77,9 @@ class SimulBenchFamily(StagedFamily):
         self.name = name
         self.perfect = perfect
         evaluate = EvaluateStage(name, settings, files, _as(templates["simulbench_rating"], RatingTemplate), scripts)
-        compare = CompareStage(name, settings, files, _as(templates["simulbench_pairwise"], PairwiseTemplate), evaluate)
+        pairwise = _as(templates["simulbench_pairwise"], PairwiseTemplate)
+        reading = _as(templates[PAIR_LIKELIHOOD_TEMPLATE], LikelihoodTemplate)
+        compare = CompareStage(name, settings, files, pairwise, evaluate, reading)
         self._stages: list[CollectStage | ExtractStage | EvaluateStage | CompareStage] = [evaluate, compare]
         if tasks is not None:
             challenge = _as(templates["challenging_turn"], YesNoTemplate)

@@ -74,7 +74,8 @@ def _tasks_table(report: SimulBenchReport) -> Table:
 
 
 def _pairs_table(report: SimulBenchReport) -> Table:
-    pairs = Table(title="pairwise (both orders; a win needs both)", title_justify="left")
+    decided = report.pairs_decided_by or "sampled verdicts in both orders; a win needs both"
+    pairs = Table(title=f"pairwise (decided by {decided})", title_justify="left")
     for column in ("first", "second", "subset", "compared", "win %", "tie %", "lose %", "delta", "undecided"):
         pairs.add_column(column, justify="left" if column in ("first", "second", "subset") else "right")
     for pair in report.pairs:

@@ -113,6 +113,9 @@ class SimulBenchReport(BaseModel):
     hardest_tasks: list[TaskRow]
     simplest_tasks: list[TaskRow]
     pairs: list[PairRow]
+    #: how the comparisons were decided: a calibration's preference and tie band, the panel's raw direct
+    #: preference, or the paper's sampled verdicts in both orders
+    pairs_decided_by: str = ""
     collection: Collection | None
 
 
@@ -121,7 +124,10 @@ RatedEpisode = tuple[StoredEpisode, float | None]
 
 
 def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpisode]:
-    values = {s.episode_id: s.value for s in run.scores(panels=[panel], metrics=[metric], finished_only=False)}
+    """Each episode of a stage with its value of `metric`: the calibrated one where a calibration mapped
+    it (a comparison decided by a pairwise calibration's preference and tie band), else the raw one."""
+    scores = run.scores(panels=[panel], metrics=[metric], finished_only=False)
+    values = {s.episode_id: s.value if s.calibrated_value is None else s.calibrated_value for s in scores}
     return [(e, values.get(e.episode_id)) for e in run.episodes(instance_prefix=f"{stage}/")]
 
 
@@ -220,6 +226,7 @@ def build_simulbench_report(run: RunView, panel: str | None = None) -> SimulBenc
         hardest_tasks=[row for rows in tasks for row in rows[:TASKS_SHOWN]],
         simplest_tasks=[row for rows in tasks for row in reversed(rows[TASKS_SHOWN:][-TASKS_SHOWN:])],
         pairs=_pair_rows(_rated(run, "compare", "pair_outcome", panel_name), dropped=perfect),
+        pairs_decided_by=pairs_decided_by(run, panel_name),
         collection=_collection(run),
     )
 
@@ -279,6 +286,21 @@ def _task_rows(
         )
     types = sorted({row.task_type for row in rows}, key=lambda kind: (kind != "stateless", kind != "stateful", kind))
     return [sorted((r for r in rows if r.task_type == kind), key=lambda row: (row.mean, row.task)) for kind in types]
+
+
+def pairs_decided_by(run: RunView, panel: str) -> str:
+    """In words, what decided this run's comparisons (the pairwise table's title says it)."""
+    scores = run.scores(panels=[panel], metrics=["pair_outcome"], finished_only=True)
+    ids = sorted({s.calibration_id for s in scores if s.calibration_id is not None})
+    if ids:
+        record = run.calibration(ids[-1])
+        band = record.model.get("tie_band")
+        tie = f", a tie within {band:g} of 0" if isinstance(band, int | float) else ""
+        return f"the panel's preference calibrated on {record.label_set} ({record.calibration_id}{tie})"
+    episodes = run.episodes(finished_only=True, instance_prefix="compare/")
+    if any(str(e.metadata.get("judging", "")).startswith("likelihood") for e in episodes):
+        return "the panel's direct preference, uncalibrated (a tie only at exactly 0)"
+    return "sampled verdicts in both orders; a win needs both"
 
 
 def pair_outcomes(run: RunView, panel: str) -> list[tuple[str, str, str, float]]:

@@ -12,15 +12,20 @@ killed run resumes at any stage. Imported scripts skip the first two stages.
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
 from appliance.episodes.client import EpisodeFailed
 from appliance.episodes.context import EpisodeContext, pair_label
+from appliance.judging.scoring import pair_reading
+from appliance.judging.scoring_templates import PREFERENCE, LikelihoodTemplate
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
 from appliance.judging.verdicts import ask_judge, judge_pair
 from appliance.run_config import SupportRole
@@ -42,8 +47,13 @@ from appliance.scenarios.simulbench.user_agent import (
     strategy_grammar,
     user_agent_messages,
 )
-from appliance.scenarios.simulbench.verdicts import first_challenging_turn, pair_scores, rating_scores
-from appliance.store.records import MessageRecord
+from appliance.scenarios.simulbench.verdicts import (
+    first_challenging_turn,
+    pair_scores,
+    rating_scores,
+    read_pair_scores,
+)
+from appliance.store.records import JudgmentRecord, MessageRecord
 from appliance.store.run_view import RunView
 
 #: user agent attempts per turn before the dialogue ends early
@@ -349,8 +359,19 @@ class EvaluateStage(_Stage, JudgedFamily):
         ctx.scores.extend(rating_scores(ctx.judgments, panel=panel, player=ctx.model_for("player")))
 
 
+#: the template a likelihood panel reads a comparison with: the one PandaLM's pairs are calibrated with
+PAIR_LIKELIHOOD_TEMPLATE = "instruction_likelihood"
+
+
 class CompareStage(_Stage, JudgedFamily):
     judge_template = "simulbench_pairwise"
+    # under a likelihood panel the pair is read as calibration on PandaLM's pairs reads them, and that
+    # calibration (its fitted tie band) decides the outcome; a sampled panel asks the paper's verdicts
+    scores_likelihood = True
+    own_likelihood_template = PAIR_LIKELIHOOD_TEMPLATE
+    calibrated_metric = "pair_outcome"
+    calibrated_kind = "pair"
+    likelihood_targets = MappingProxyType({"pair_outcome": ("pandalm", "preference")})
 
     def __init__(
         self,
@@ -359,9 +380,11 @@ class CompareStage(_Stage, JudgedFamily):
         files: list[Path],
         template: PairwiseTemplate,
         evaluate: EvaluateStage,
+        reading: LikelihoodTemplate,
     ) -> None:
         super().__init__(name, settings, files)
         self.template = template
+        self.reading = reading
         self.evaluate = evaluate
         self.replies: dict[tuple[str, str], str] = {}
 
@@ -404,6 +427,18 @@ class CompareStage(_Stage, JudgedFamily):
             }
             for keep in range(script.earlier_turn_count(), -1, -1)
         ]
+        label = pair_label(ctx.model_for("player"), ctx.model_for("partner"))
+        if ctx.likelihood_template is not None:
+            ctx.metadata["judging"] = f"likelihood ({self.reading.name})"
+            shown = [
+                {"context": f"{v['instruction']}\n{v['input']}", "response_a": first.text.strip() or "(empty reply)"}
+                | {"response_b": second.text.strip() or "(empty reply)"}
+                for v in variants
+            ]
+            readings = await asyncio.gather(*(self._read_pair(ctx, shown, judge, panel, first.idx) for judge in judges))
+            by_judge = dict(zip(judges, readings, strict=True))
+            ctx.scores.extend(read_pair_scores(by_judge, panel=panel, player=label))
+            return
         verdicts = await asyncio.gather(
             *(
                 judge_pair(
@@ -420,8 +455,38 @@ class CompareStage(_Stage, JudgedFamily):
                 for judge in judges
             )
         )
-        label = pair_label(ctx.model_for("player"), ctx.model_for("partner"))
         ctx.scores.extend(pair_scores(list(verdicts), panel=panel, player=label))
+
+    async def _read_pair(
+        self, ctx: EpisodeContext, shown: list[dict[str, str]], judge: str, panel: str, target: int
+    ) -> dict[str, float] | None:
+        """One judge's features of the pair, with the fewest earlier turns dropped that fit its context;
+        one judgment row per feature (None and unparsed rows when not even the last request fits)."""
+        features: dict[str, float] | None = None
+        raw = ""
+        for variables in shown:
+            try:
+                features = await pair_reading(ctx.client, self.reading, variables, judge, f"pair-{judge}")
+                break
+            except EpisodeFailed as error:  # too long for this judge: try with fewer earlier turns
+                raw = f"judge context overflow: {error}"
+        finite = None if features is None else {k: v for k, v in features.items() if math.isfinite(v)}
+        for name in sorted(finite or {PREFERENCE: math.nan}):
+            value = None if finite is None else finite[name]
+            ctx.judgments.append(
+                JudgmentRecord(
+                    panel=panel,
+                    judge=judge,
+                    mode=self.reading.mode,
+                    template=self.reading.name,
+                    target_idx=target,
+                    criterion=name,
+                    score=value,
+                    raw_text=raw if finite is None else json.dumps(finite),
+                    parsed=finite is not None,
+                )
+            )
+        return finite
 
 
 def _last_by(messages: list[MessageRecord], speaker: str) -> MessageRecord:

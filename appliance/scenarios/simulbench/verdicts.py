@@ -6,12 +6,18 @@
 - Comparison: each judge's two orders are combined first (a win needs both
   orders, equal ties are a tie, anything else counts as a tie); the panel
   then votes, and the sign of the mean vote is the pair's outcome.
+- Comparison under a likelihood panel: each judge reads the pair's features
+  (`judging.scoring.pair_reading`); the raw outcome is the sign of the panel's
+  mean direct preference (A against B, both orders), and the calibrated one
+  comes from a pairwise calibration with its tie band (`calibration.apply`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from statistics import mean
 
+from appliance.judging.scoring_templates import POSITION_LEAN, PREFERENCE
 from appliance.judging.templates import RATING, YES
 from appliance.judging.verdicts import PairVerdict
 from appliance.store.records import JudgmentRecord, ScoreRecord
@@ -54,5 +60,22 @@ def pair_scores(verdicts: list[PairVerdict], *, panel: str, player: str) -> list
     biased = [1.0 if v.position_biased else 0.0 for v in verdicts if v.outcome != "unparsed"]
     return [
         ScoreRecord(panel=panel, player=player, metric="pair_outcome", value=pair_outcome(verdicts)),
+        ScoreRecord(panel=panel, player=player, metric="position_bias", value=mean(biased) if biased else None),
+    ]
+
+
+def read_pair_scores(
+    readings: Mapping[str, Mapping[str, float] | None], *, panel: str, player: str
+) -> list[ScoreRecord]:
+    """`pair_outcome` from each judge's direct preference (the sign of their mean; None when no judge read
+    the pair), and `position_bias`: the share of judges whose lean toward a slot outweighs their
+    preference, so that the response shown first (or second) wins in both orders."""
+    read = [features for features in readings.values() if features is not None and PREFERENCE in features]
+    preferences = [features[PREFERENCE] for features in read]
+    biased = [1.0 if abs(f.get(POSITION_LEAN, 0.0)) > abs(f[PREFERENCE]) else 0.0 for f in read]
+    average = mean(preferences) if preferences else None
+    outcome = None if average is None else 1.0 if average > 0 else -1.0 if average < 0 else 0.0
+    return [
+        ScoreRecord(panel=panel, player=player, metric="pair_outcome", value=outcome),
         ScoreRecord(panel=panel, player=player, metric="position_bias", value=mean(biased) if biased else None),
     ]
