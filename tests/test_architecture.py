@@ -205,7 +205,7 @@ def test_an_example_family_in_its_own_folder_runs_through_the_cli_on_the_real_mo
     assert capped.returncode == 0, capped.stderr
     with Store.open(Path(capped_db), read_only=True) as store:
         (config,) = store.query("SELECT config FROM runs")
-        assert json.loads(config[0])["family_options"] == {"recall": {"answer_tokens": 2}}
+        assert json.loads(config[0])["families"] == {"recall": {"options": {"answer_tokens": 2}, "snapshot": {}}}
         tokens = [row[0] for row in store.query("SELECT completion_tokens FROM messages")]
     assert len(tokens) == 3 and max(tokens) == 2, tokens
     mistakes = {
