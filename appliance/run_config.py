@@ -2,15 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from appliance.catalog.panels import Panel
 from appliance.sharding import Shard
 
 #: roles other than "player", "partner" and the judges that a family may need a model for
 SupportRole = Literal["interrogator", "user_agent", "simulator"]
+
+
+#: where runs stored before `RunConfig.families` kept a family's snapshot (by scenario) and its options (by
+#: family name): read, never written
+OLD_SNAPSHOTS_KEY, OLD_OPTIONS_KEY = "family_settings", "family_options"
+
+
+class FamilySettings(BaseModel):
+    """A family's own settings in one run, kept together: what the user set for it and what it resolved.
+
+    Both are stored with the run: `--resume`, shards and rescoring load the family with the same options,
+    and its report reads the snapshot, not the family's files as they are later.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: its options as `--set NAME.KEY=VALUE` gave them (only the keys given), checked by its options model
+    options: dict[str, Any] = Field(default_factory=dict)
+    #: what the family resolved when the run started (its `settings_snapshot()`, e.g. deepeval.toml as played)
+    snapshot: dict[str, Any] = Field(default_factory=dict)
+
+
+def stored_family_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The `families` of a stored config, of either shape. A run stored before they were one field kept
+    each scenario's snapshot under `family_settings` and the options under `family_options`, by family
+    name, which hold for every scenario of that family."""
+    # deferred: the scenarios package imports this module, and specs are parsed there alone
+    from appliance.scenarios.spec import family_of
+
+    families = {str(spec): dict(value) for spec, value in (config.get("families") or {}).items()}
+    for spec, snapshot in (config.get(OLD_SNAPSHOTS_KEY) or {}).items():
+        families.setdefault(str(spec), {})["snapshot"] = snapshot
+    for name, options in (config.get(OLD_OPTIONS_KEY) or {}).items():
+        for spec in config.get("scenarios") or []:
+            if family_of(str(spec)) == name:
+                families.setdefault(str(spec), {})["options"] = options
+    return families
 
 
 class RunConfig(BaseModel):
@@ -45,19 +83,31 @@ class RunConfig(BaseModel):
     unsafe_code_execution: bool = False
     #: family -> calibration id applied to its verdicts (chosen when the run starts)
     calibrations: dict[str, str] = Field(default_factory=dict)
-    #: family -> the settings it played with (set when the run starts; its report reads them)
-    family_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    #: family -> its own options set with `--set NAME.KEY=VALUE`, checked by the family's options model
-    family_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: scenario -> its family's own settings: the options set for it (when the run is planned) and the
+    #: snapshot of what it resolved (when the run starts); a scenario with neither is absent
+    families: dict[str, FamilySettings] = Field(default_factory=dict)
     #: "I/N": this run plays shard I of N of the plan (`appliance.sharding`); `appliance merge` joins them
     shard: str | None = None
     #: the Ray cluster the run started on (`appliance.cluster.ray_cluster`), None in one process; not part of the plan
     cluster: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_the_older_shape(cls, data: Any) -> Any:
+        """A config stored before `families` (its two older keys) loads as the same config would now."""
+        if isinstance(data, Mapping) and (OLD_SNAPSHOTS_KEY in data or OLD_OPTIONS_KEY in data):
+            rest = {key: value for key, value in data.items() if key not in (OLD_SNAPSHOTS_KEY, OLD_OPTIONS_KEY)}
+            return rest | {"families": stored_family_settings(data)}
+        return data
+
     @field_validator("shard")
     @classmethod
     def _valid_shard(cls, value: str | None) -> str | None:
         return None if value is None else str(Shard.parse(value))
+
+    def family_settings(self, scenario: str) -> FamilySettings:
+        """The own settings of the family playing `scenario` (empty where the run holds none)."""
+        return self.families.get(scenario, FamilySettings())
 
     def shard_of_plan(self) -> Shard | None:
         return None if self.shard is None else Shard.parse(self.shard)

@@ -465,6 +465,7 @@ def test_a_sweep_plays_in_one_run_and_the_gate_gives_the_fine_tune_its_verdict(t
     (played_curve,) = [curve for curve in sweep["curves"] if curve["metric"] == "played"]
     assert played_curve["base"]["value"] == 0.0 and [p["step"] for p in played_curve["points"]] == [5, 10, 20]
     assert all(point["estimate"]["value"] == 100.0 for point in played_curve["points"])
+    assert report["sweeps"] == [sweep]  # `report --json` carries it too (one family: its part is the whole)
     shown = cli("report", run_id, "--db", db).stdout
     assert (
         "sweep smollm2-taboo-sweep: clembench.played" in shown and f"Gate on {checkpoints[-1]}: no regression." in shown

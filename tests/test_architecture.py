@@ -230,6 +230,13 @@ def test_an_example_family_in_its_own_folder_runs_through_the_cli_on_the_real_mo
     shown = cli("report", "--db", db)
     assert shown.returncode == 0, shown.stderr
     assert "recall accuracy" in shown.stdout and "smollm2-135m" in shown.stdout
+    # its headline hook: `compare` pairs the run with itself fact by fact (every difference is 0)
+    run_id = summary["summary"]["run_id"]
+    compared = cli("compare", run_id, run_id, "--db", db, "--json")
+    assert compared.returncode == 0, compared.stderr
+    (accuracy,) = json.loads(compared.stdout)["metrics"]
+    assert (accuracy["family"], accuracy["metric"], accuracy["pairs"]) == ("recall", "accuracy", 3)
+    assert accuracy["base"] == accuracy["candidate"] == pytest.approx(row["accuracy"]) and accuracy["delta"] == 0.0
     # the family's own option, declared in its folder only (RecallOptions), set on the command line,
     # stored with the run and read by the family: every reply stops at the 2 tokens it allows
     capped_db = str(tmp_path / "capped.duckdb")
@@ -238,7 +245,7 @@ def test_an_example_family_in_its_own_folder_runs_through_the_cli_on_the_real_mo
     assert capped.returncode == 0, capped.stderr
     with Store.open(Path(capped_db), read_only=True) as store:
         (config,) = store.query("SELECT config FROM runs")
-        assert json.loads(config[0])["family_options"] == {"recall": {"answer_tokens": 2}}
+        assert json.loads(config[0])["families"] == {"recall": {"options": {"answer_tokens": 2}, "snapshot": {}}}
         tokens = [row[0] for row in store.query("SELECT completion_tokens FROM messages")]
     assert len(tokens) == 3 and max(tokens) == 2, tokens
     mistakes = {

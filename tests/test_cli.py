@@ -100,6 +100,7 @@ def test_tiny_run_stores_every_message_and_verdict(tiny_run: TinyRun) -> None:
     assert report.returncode == 0, report.stderr
     board = json.loads(report.stdout)[0]
     assert [row["model"] for row in board["rows"]] == ["smollm2-135m"]
+    assert "sweeps" not in board and "sweep_notes" not in board  # only a run that played a sweep has them
     row = board["rows"][0]
     assert board["judging"] == "conversation"
     if row["refused_episodes"]:  # its only judge flagged a turn: that judge's verdicts go, nothing scores it

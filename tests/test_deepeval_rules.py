@@ -403,3 +403,17 @@ def test_repetitions_continue_only_while_a_tasks_payoffs_are_unstable(tmp_path: 
         later = build_deepeval_report(RunView(store, summary.run_id, spec))
     assert later.tolerance == 0.05 and later.settings_source == "run"
     assert later.repetitions == report.repetitions
+    # a run stored before `families` kept the snapshot under `family_settings`: it reads and resumes the same
+    with Store.open(tmp_path / "db.duckdb") as store:
+        stored = store.run(summary.run_id).config
+        older = {key: value for key, value in stored.items() if key != "families"}
+        older |= {"family_settings": {spec: stored["families"][spec]["snapshot"]}, "family_options": {}}
+        store.connection.execute("UPDATE runs SET config = ? WHERE run_id = ?", [json.dumps(older), summary.run_id])
+        assert store.run(summary.run_id).run_config() == RunConfig.model_validate(stored)
+        old_shaped = build_deepeval_report(RunView(store, summary.run_id, spec))  # the file still says 0.5
+    (folder / "deepeval.toml").write_text(settings, encoding="utf-8")  # a resume loads the family from its files
+    with Store.open(tmp_path / "db.duckdb") as store:
+        again = Runner(catalog, store, scripted_models).resume(summary.run_id)
+    assert old_shaped.tolerance == 0.05 and old_shaped.settings_source == "run"
+    assert old_shaped.repetitions == report.repetitions
+    assert again.episodes_skipped == again.episodes_total == summary.episodes_total

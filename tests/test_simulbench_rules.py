@@ -494,7 +494,7 @@ def test_stored_scripts_are_evaluated_with_new_players_without_collecting_again(
             "SELECT DISTINCT instance_id FROM episodes WHERE instance_id LIKE 'evaluate/%' ORDER BY 1"
         )
         report = build_simulbench_report(RunView(store, reused.run_id, spec))
-        stored = store.run(reused.run_id).config["family_settings"][spec]
+        stored = store.run(reused.run_id).config["families"][spec]["snapshot"]
     assert stages == [("evaluate", 3 * 2)]  # 3 dialogues x 2 scripts, answered by the new player only
     assert len(scripts) == 6, "both runs evaluated the same scripts"
     assert [role_of(r) for r in factory.opened["gemma3-270m"].requests].count("user_agent") == 0
@@ -517,6 +517,7 @@ def test_perfect_scripts_belong_to_the_script_set_and_one_player_decides_none(tm
         decided = perfect_scripts_of_run(RunView(store, "src", "simulbench"))
         spec = "simulbench:src"
         later = [_evaluated("later", s, meta, "c", r, spec) for s, r in {"s1": 7.0, "s2": 10.0, "s3": 8.0}.items()]
+        # stored as runs were before `families`: the snapshot under `family_settings`, which reports still read
         store_hand_run(store, "later", {"scenarios": [spec], "panel": panel, "family_settings": {spec: decided}}, later)
         again = build_simulbench_report(RunView(store, "later", spec))
         headline = simulbench_headline(RunView(store, "later", spec), None)

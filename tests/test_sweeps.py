@@ -18,6 +18,7 @@ from appliance.compare.gate import IMPROVEMENT, REGRESSION, Thresholds
 from appliance.compare.sweep import compare_sweep
 from appliance.store import Store
 from appliance.util.stats import holm_adjusted
+from appliance.util.terminal import interval, number
 from tests.scripted_sweep import BASE, SWEEP, scripted_sweep_run
 from tests.test_cli import assert_clean_error, cli
 from tests.test_view import _open, _rendered_plots, embedded_data
@@ -80,6 +81,75 @@ def test_report_shows_the_sweep_in_step_order_with_the_best_checkpoint_named(swe
     assert f"Gate on {CHECKPOINTS[-1]}: REGRESSION in pingpong.final, pingpong.ln_score." in shown.stdout
 
 
+def _printed_rows(text: str, title: str) -> list[list[str]]:
+    """The cells of the text table under `title`, row by row."""
+    lines = text[text.index(title) :].splitlines()[1:]
+    rows = []
+    for line in lines[3:]:  # below the top border, the header and the header's rule
+        if not line.startswith("│"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("│").split("│")])
+    return rows
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def test_report_json_holds_every_sweep_figure_the_text_prints(sweep_run: tuple[Path, str]) -> None:
+    """Each table row, the best checkpoint, the checkpoints better than the base and the gate's verdict,
+    read from `report --json` and printed with the text's number formats, are what `report` printed."""
+    db, run_id = sweep_run
+    text = cli("report", run_id, "--db", str(db))
+    as_json = cli("report", run_id, "--db", str(db), "--json")
+    assert text.returncode == 0 and as_json.returncode == 0, text.stderr + as_json.stderr
+    (pingpong,) = json.loads(as_json.stdout)  # still a list of scenario reports, the sweep inside its own
+    assert pingpong["scenario"] == "pingpong" and pingpong["rows"] and pingpong["sweep_notes"] == []
+    (sweep,) = pingpong["sweeps"]
+    assert sweep["sweep"]["name"] == SWEEP and sweep["sweep"]["base"] == BASE and sweep["gated"] == CHECKPOINTS[-1]
+    assert [curve["metric"] for curve in sweep["curves"]] == ["final", "ln_score", "refusal_ratio"]
+    for curve in sweep["curves"]:
+        direction = "higher is better" if curve["higher_is_better"] else "lower is better"
+        base = curve["base"]
+        expected = [[f"{base['label']} (base)", "-", number(base["value"]), interval(base["ci"]), str(base["n"])]
+                     + [""] * 4]  # fmt: skip
+        for point in curve["points"]:
+            against = point["against_base"]
+            improved = against["verdict"] == IMPROVEMENT
+            expected.append(
+                [
+                    point["player"] + (" (best)" if point["player"] == curve["best_checkpoint"] else ""),
+                    str(point["step"]),
+                    number(point["estimate"]["value"]),
+                    interval(point["estimate"]["ci"]),
+                    str(point["estimate"]["n"]),
+                    number(against["delta"]),
+                    interval(against["ci"]),
+                    _p(against["p_improvement_holm"] if improved else against["p_regression_holm"]),
+                    "REGRESSION" if against["regression"] else against["verdict"],
+                ]
+            )
+        title = f"sweep {SWEEP}: {curve['family']}.{curve['metric']} ({direction})"
+        assert _printed_rows(text.stdout, title) == expected, curve["metric"]
+        if curve["best_checkpoint"] is not None:
+            best = next(point for point in curve["points"] if point["player"] == curve["best_checkpoint"])
+            line = f"Best on {curve['family']}.{curve['metric']}: {best['player']} (step {best['step']}), "
+            assert line + f"{number(best['estimate']['value'])}." in text.stdout
+    assert sweep["holm_tests"] == len(sweep["comparison"]["metrics"]) == len(CHECKPOINTS) * len(sweep["curves"])
+    holm = f"Holm across {len(sweep['sweep']['checkpoints'])} checkpoints and {len(sweep['curves'])} metrics"
+    better = "; ".join(f"{player} ({', '.join(metrics)})" for player, metrics in sweep["better"].items())
+    assert f"({holm}): {better}." in " ".join(text.stdout.split()), "the better checkpoints"
+    regressed = [
+        f"{m['family']}.{m['metric']}"
+        for m in sweep["comparison"]["metrics"]
+        if m["candidate_player"] == sweep["gated"] and m["regression"]
+    ]
+    assert sweep["regressions"] == len(regressed) > 0
+    assert f"Gate on {sweep['gated']}: REGRESSION in {', '.join(regressed)}." in text.stdout
+    # one family played, so its part is the whole sweep: what `compare --sweep --json` prints
+    assert sweep == json.loads(cli("compare", run_id, "--sweep", SWEEP, "--db", str(db), "--json").stdout)
+
+
 def test_compare_sweep_exits_1_when_the_gated_checkpoint_regressed_and_names_the_better_ones(
     sweep_run: tuple[Path, str],
 ) -> None:
@@ -111,6 +181,13 @@ def test_a_sweep_without_its_base_is_refused_by_compare_and_noted_by_report(tmp_
     )
     shown = cli("report", run_id, "--db", str(db))
     assert shown.returncode == 0 and f"Sweep {SWEEP}: its base {BASE} did not play in this run" in shown.stdout
+    (pingpong,) = json.loads(cli("report", run_id, "--db", str(db), "--json").stdout)
+    (note,) = pingpong["sweep_notes"]
+    assert (
+        pingpong["sweeps"] == []
+        and note.startswith(f"Sweep {SWEEP}: its base {BASE} did not play")
+        and note in " ".join(shown.stdout.split())
+    )
 
 
 def test_the_page_draws_the_curve_and_a_click_opens_that_checkpoints_transcripts(

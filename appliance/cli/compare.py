@@ -120,8 +120,7 @@ def _show_comparison(comparison: Comparison, *, as_json: bool, markdown: bool) -
 
 def _show_sweep(result: SweepResult, *, as_json: bool, markdown: bool) -> None:
     if as_json:
-        summary = {"regressions": len(result.gate_regressions), "better": result.better}
-        print(json.dumps({**result.model_dump(), **summary}, default=str))
+        print(json.dumps(result.as_json()))
     elif markdown:
         print(sweep_markdown(result))
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,8 +15,8 @@ from appliance.cli.options import (
     error_console,
 )
 from appliance.compare.render import print_sweep
-from appliance.compare.sweep import run_sweep_results
-from appliance.scenarios import build_scenario_report
+from appliance.compare.sweep import SweepResult, run_sweep_results
+from appliance.scenarios import ScenarioReport, build_scenario_report
 from appliance.scenarios.registry import scenario_evidence
 from appliance.store import Store
 
@@ -53,16 +53,34 @@ def report(
                     f"no episodes stored yet of: {', '.join(waiting)}", markup=False, highlight=False
                 )
         reports = [build_scenario_report(store, resolved, name, panel) for name in scenarios]
-        if as_json:
-            print(json.dumps([scenario_report.model_dump() for scenario_report in reports], default=str))
-            return
         sweeps, notes = run_sweep_results(store, resolved)
+    if as_json:
+        dumped = [_report_json(report, name, sweeps, notes) for report, name in zip(reports, scenarios, strict=True)]
+        print(json.dumps(dumped, default=str))
+        return
     for scenario_report in reports:
         scenario_report.render(console)
     for sweep in sweeps:
         print_sweep(console, sweep)
     for note in notes:
         console.print(note, markup=False, highlight=False)
+
+
+def _report_json(
+    scenario_report: ScenarioReport, scenario: str, sweeps: list[SweepResult], notes: list[str]
+) -> dict[str, Any]:
+    """One scenario's report as `--json` prints it. In a run that played a checkpoint sweep it also holds
+    what the text prints after the families' tables: `sweeps`, each sweep limited to this scenario's curves
+    and tests (as `compare --sweep --json` prints a whole one), and `sweep_notes`. The top level stays a
+    list of scenario reports, so readers of runs without a sweep see exactly what they saw before."""
+    dumped = scenario_report.model_dump()
+    if sweeps or notes:
+        parts = [(sweep, sweep.of_scenario(scenario)) for sweep in sweeps]
+        dumped["sweeps"] = [
+            part.as_json(holm_tests=len(whole.comparison.metrics)) for whole, part in parts if part.curves
+        ]
+        dumped["sweep_notes"] = notes
+    return dumped
 
 
 def export(

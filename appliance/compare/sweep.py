@@ -18,8 +18,9 @@ tested on, so it looks better than it is, and it is the least likely place to fi
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from appliance.compare.gate import (
     DEFAULT_ALPHA,
@@ -126,6 +127,13 @@ class SweepCurve(BaseModel):
         sign = 1.0 if self.higher_is_better else -1.0
         return max(known, key=lambda point: (sign * (point.estimate.value or 0.0), -point.step))
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def best_checkpoint(self) -> str | None:
+        """The player `best` names, in the JSON too (the tables mark it "(best)")."""
+        best = self.best
+        return None if best is None else best.player
+
 
 class SweepResult(BaseModel):
     sweep: SweepPlayers
@@ -151,6 +159,25 @@ class SweepResult(BaseModel):
     def better(self) -> dict[str, list[str]]:
         """The checkpoints better than the base, at the family-wise error rate alpha."""
         return self.verdict_players(IMPROVEMENT)
+
+    def of_scenario(self, scenario: str) -> SweepResult:
+        """The sweep as one scenario of the run sees it: its curves and its rows of the comparison. The
+        p-values and verdicts stay the whole sweep's (Holm ran across every family's metrics at once)."""
+        curves = [curve for curve in self.curves if curve.scenario == scenario]
+        rows = {(curve.family, curve.metric, point.player) for curve in curves for point in curve.points}
+        metrics = [m for m in self.comparison.metrics if (m.family, m.metric, m.candidate_player) in rows]
+        comparison = self.comparison.model_copy(update={"metrics": metrics})
+        return self.model_copy(update={"comparison": comparison, "curves": curves})
+
+    def as_json(self, *, holm_tests: int | None = None) -> dict[str, Any]:
+        """What `compare --sweep --json` prints, and `report --json` beside each scenario's report: the
+        sweep, every test, its curves, the gate's regressions, the checkpoints better than the base, and
+        how many tests Holm's adjustment ran across (`holm_tests`: the whole sweep's, where this is a part)."""
+        return self.model_dump(mode="json") | {
+            "regressions": len(self.gate_regressions),
+            "better": self.better,
+            "holm_tests": len(self.comparison.metrics) if holm_tests is None else holm_tests,
+        }
 
 
 def compare_sweep(

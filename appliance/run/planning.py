@@ -15,7 +15,7 @@ from appliance.catalog.models import Catalog
 from appliance.catalog.panels import get_panel
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir
-from appliance.run_config import RunConfig
+from appliance.run_config import FamilySettings, RunConfig
 from appliance.scenarios.registry import FamilyEntry, family_entry, family_options
 from appliance.scenarios.spec import family_of
 
@@ -87,7 +87,12 @@ def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEnt
         unsafe_code_execution=request.unsafe_code_execution,
         shard=request.shard,
     )
-    config.family_options = checked_family_options(request.family_options, config.scenarios)
+    options = checked_family_options(request.family_options, config.scenarios)
+    config.families = {  # every scenario of a family gets the options `--set NAME.KEY` gave the family
+        spec: FamilySettings(options=options[family_of(spec)])
+        for spec in config.scenarios
+        if family_of(spec) in options
+    }
     for name in config.role_models():
         catalog.get(name)  # an unknown model is refused before anything is loaded
     return config

@@ -265,11 +265,14 @@ class Runner:
         """Play a new run (named `run_id` where given). Models are loaded before anything is written,
         so a model that fails to load leaves the store exactly as it was."""
         picked = pick_calibrations(self.store, config.panel, families)
-        snapshots = {family.name: family.settings_snapshot() for family in families}
+        settings = dict(config.families)  # the options the plan set, and now what each family resolved
+        for family in families:
+            if snapshot := family.settings_snapshot():
+                settings[family.name] = config.family_settings(family.name).model_copy(update={"snapshot": snapshot})
         config = config.model_copy(
             update={
                 "calibrations": {f: r.calibration_id for f, r in picked.items()},
-                "family_settings": {name: snapshot for name, snapshot in snapshots.items() if snapshot},
+                "families": settings,
                 "cluster": None if self.cluster is None else self.cluster.describe(),
             }
         )

@@ -197,7 +197,7 @@ def load_family(
 
 def load_run_family(spec: str, config: RunConfig, store: Store | None = None) -> Family:
     """A family as run `config` plays it: with the run's seed and the options the run set for it."""
-    return load_family(spec, seed=config.seed, store=store, options=config.family_options.get(family_of(spec)))
+    return load_family(spec, seed=config.seed, store=store, options=config.family_settings(spec).options)
 
 
 def family_options(entry: FamilyEntry[Any], values: Mapping[str, Any]) -> BaseModel | None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.run_config import FamilySettings, stored_family_settings
 from appliance.store.labels import get_calibration
 from appliance.store.records import CalibrationRecord, StoredRun
 from appliance.store.store import Store
@@ -113,6 +114,11 @@ class RunView:
     def config(self) -> dict[str, Any]:
         """The run's stored configuration (players, panel, seed, limits, ...)."""
         return dict(self._run.config)
+
+    def family_settings(self) -> FamilySettings:
+        """This scenario's own settings in the run: the options set for it and the snapshot of what its
+        family resolved when the run started (a run stored before they were one field is read alike)."""
+        return FamilySettings.model_validate(stored_family_settings(self._run.config).get(self.scenario, {}))
 
     @property
     def panel(self) -> str:

@@ -18,6 +18,7 @@ from rich.table import Table
 from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
 from appliance.episodes.context import EpisodeContext
+from appliance.headline import Headline, HeadlineMetric, Unit, mean_of
 from appliance.scenarios import FamilyEntry, Instance, LoadRequest, ScenarioFamily, register_family
 from appliance.scenarios.base import RULE_SCORER
 from appliance.store.records import ScoreRecord
@@ -97,6 +98,17 @@ def build_report(run: RunView, panel: str | None) -> RecallReport:
     return RecallReport(run_id=run.run_id, scenario=run.scenario, rows=rows)
 
 
+def recall_headline(run: RunView, panel: str | None) -> Headline:
+    """One unit per fact and player, so `appliance compare` pairs two runs' answers to the same fact;
+    the rule's scores only (a judge panel does not score this family)."""
+    units = [
+        Unit(key=score.instance_id, player=score.player, values={"correct": score.value})
+        for score in run.scores(panels=[RULE_SCORER], metrics=["correct"])
+    ]
+    accuracy = HeadlineMetric("accuracy", mean_of("correct"), description="share of answers naming the fact")
+    return Headline(units=units, metrics=[accuracy])
+
+
 def render(console: Console, report: RecallReport) -> None:
     table = Table(title=f"{report.scenario}: recall accuracy, run {report.run_id}")
     for column in ("model", "accuracy", "95% CI", "episodes"):
@@ -121,5 +133,6 @@ ENTRY = register_family(
         quick_limit=2,
         data_folder=str(DATA),
         options=RecallOptions,
+        headline=recall_headline,
     )
 )

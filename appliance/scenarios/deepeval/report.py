@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from statistics import mean, quantiles
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -145,8 +145,8 @@ class DeepEvalReport(BaseModel):
 
 def run_settings(run: RunView, scenario: str) -> tuple[DeepEvalSettings, Literal["run", "files"]]:
     """The settings the run played with, or (for a run that did not store them) the files as they are now."""
-    stored: dict[str, Any] | None = run.config.get("family_settings", {}).get(scenario)
-    if stored is not None:
+    stored = run.sibling(scenario).family_settings().snapshot
+    if stored:
         return DeepEvalSettings.model_validate(stored), "run"
     family = load_family(scenario, seed=int(run.config["seed"]))
     assert isinstance(family, DeepEvalFamily)

@@ -171,7 +171,7 @@ def compared_scripts(run: RunView, panel: str) -> ComparedScripts:
         else:
             ratings[script][episode.player] = value
     complete = {s for s in scripts if set(ratings[s]) == set(players)}
-    stored = run.config.get("family_settings", {}).get(run.scenario, {})
+    stored = run.family_settings().snapshot
     if PERFECT_SCRIPTS in stored:  # decided when the script set was made, by other players
         perfect, decided_by = set(stored[PERFECT_SCRIPTS]) & complete, str(stored.get(PERFECT_DECIDED_BY, "?"))
     elif len(players) < MIN_PLAYERS_FOR_PERFECT:
