@@ -19,7 +19,7 @@ import llama_cpp as C
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendBase, cut_at_stop, overflow_message
+from appliance.engine.backend import BackendBase, overflow_message
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
@@ -148,14 +148,13 @@ class LlamaCppBackend(BackendBase):
 
     # -- submission -------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> int:
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         tokens, stop = self._prompt(request)
-        ticket = self._ticket()
         job = Job(
             ticket=ticket,
             request=request,
             prompt_tokens=tokens,
-            stop=tuple(dict.fromkeys((*request.sampling.stop, *stop))),
+            stop=self._stop_strings(ticket, request, stop),
             submitted_at=time.perf_counter(),
         )
         if request.scoring is not None:
@@ -163,7 +162,6 @@ class LlamaCppBackend(BackendBase):
         if self.exact_kv:
             job.plan = chunk_plan(len(job.prompt_tokens), self._declared_cuts(job))
         self.waiting.append(job)
-        return ticket
 
     def _prompt(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
         """The request's prompt tokens, and the stop strings its chat format adds."""
@@ -251,7 +249,7 @@ class LlamaCppBackend(BackendBase):
 
     # -- the decode loop --------------------------------------------------
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         """One token for every decoding sequence, then prefill within the token budget.
 
         Exact mode: with one KV stream per sequence, llama.cpp splits a batch into
@@ -488,9 +486,7 @@ class LlamaCppBackend(BackendBase):
         return rejected
 
     def _finish(self, job: Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
-        text = job.text_bytes.decode("utf-8", errors="replace")
-        if reason == "stop":
-            text = cut_at_stop(text, job.stop)
+        text = job.text_bytes.decode("utf-8", errors="replace")  # `step` cuts it at its stop strings
         slot = job.slot
         assert slot is not None
         slot.job = None
@@ -509,7 +505,7 @@ class LlamaCppBackend(BackendBase):
             token_ids=tuple(job.generated),
             scores=scores,
         )
-        return job.ticket, self._counted(completion)
+        return job.ticket, completion
 
     def _reject_overflow(self, job: Job) -> tuple[int, Completion]:
         reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
@@ -525,7 +521,7 @@ class LlamaCppBackend(BackendBase):
             latency_s=time.perf_counter() - job.submitted_at,
             error=error,
         )
-        return job.ticket, self._counted(completion)
+        return job.ticket, completion
 
     def forget_caches(self) -> None:
         """Drop every idle sequence's cache (benchmarks start each workload cold)."""
@@ -537,10 +533,12 @@ class LlamaCppBackend(BackendBase):
         if self.host_cache is not None:
             self.host_cache.clear()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for slot in self.slots:
             if slot.job is not None and slot.job.sampler is not None:
                 slot.job.sampler.free()
+            slot.job = None
+        self.waiting.clear()
         self.batch.close()
         self.caches.close()
         if self.context:

@@ -23,7 +23,7 @@ from typing import Any
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendBase, cut_at_stop, with_adapter
+from appliance.engine.backend import BackendBase, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
@@ -109,19 +109,18 @@ class TransformersBackend(BackendBase):
         # without reuse (the bench's stateless baseline) no finished turn's cache is kept
         self.conversations = ConversationCaches(capacity=4 * slots if reuse_cache else 0)
 
-    def submit(self, request: GenerationRequest) -> int:
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         request = with_adapter(request, self.name, self.adapters, self.default_adapter)
         adapter = request.adapter
-        ticket = self._ticket()
         if request.scoring is not None:
             self.scoring.append((ticket, request, time.perf_counter()))
-            return ticket
+            return
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
         refusal = self._refusal(request, len(prompt), self.context_length)
         if refusal is not None:
             self.refused.append((ticket, refusal))
-            return ticket
+            return
         # a conversation's cache holds one adapter's keys and values: each adapter keeps its own
         conversation = request.conversation_key
         if conversation is not None and adapter is not None:
@@ -130,13 +129,12 @@ class TransformersBackend(BackendBase):
             ticket=ticket,
             prompt=list(prompt),
             sampling=request.sampling,
-            stops=stops,
+            stops=self._stop_strings(ticket, request, stops),
             conversation=conversation,
             submitted_at=time.perf_counter(),
             adapter=adapter,
         )
         self.waiting.append(sequence)
-        return ticket
 
     @property
     def busy(self) -> bool:
@@ -145,7 +143,7 @@ class TransformersBackend(BackendBase):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         """Admit waiting requests into free slots (each prefilled alone), then one batched decode step.
 
         Scoring requests are prefilled alone, each in one forward pass, and finish in the step they join.
@@ -179,7 +177,6 @@ class TransformersBackend(BackendBase):
             for position in range(plan.first_read, len(plan.tokens)):
                 if plan.wants(position):
                     plan.read(position, logits[position].float().cpu().numpy())
-        self.counters.prompt_tokens += len(plan.tokens)
         return scored_completion(plan, submitted)
 
     def _admit(self, sequence: LiveSequence) -> None:
@@ -205,8 +202,6 @@ class TransformersBackend(BackendBase):
             use_cache=True,
             **self._adapter_rows([sequence.adapter]),
         )
-        self.counters.prompt_tokens += len(sequence.prompt)
-        self.counters.cached_prompt_tokens += reuse
         self.live.append(sequence)
         self._accept(sequence, choose_token(self.torch, sequence, output.logits[0, -1]))
 
@@ -260,12 +255,10 @@ class TransformersBackend(BackendBase):
         return str(self.tokenizer.decode(sequence.generated, skip_special_tokens=True))
 
     def _complete(self, sequence: LiveSequence) -> Completion:
-        text = cut_at_stop(self._text(sequence), sequence.stops)
         fed = sequence.prompt + sequence.generated[: sequence.cached_length - len(sequence.prompt)]
         self.conversations.keep(sequence.conversation, StoredConversation(fed, sequence.cache))
-        self.counters.completion_tokens += len(sequence.generated)
         return Completion(
-            text=text,
+            text=self._text(sequence),  # `step` cuts it at its stop strings
             finish_reason="stop" if sequence.finish_reason == "stop" else "length",
             prompt_tokens=len(sequence.prompt),
             cached_prompt_tokens=sequence.cached_tokens,
@@ -274,9 +267,10 @@ class TransformersBackend(BackendBase):
             latency_s=time.perf_counter() - sequence.submitted_at,
         )
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self.waiting.clear()
         self.scoring.clear()
+        self.refused.clear()
         self.live.clear()
         self.batch = None
         self.conversations = ConversationCaches(capacity=self.conversations.capacity)
