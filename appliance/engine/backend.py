@@ -214,8 +214,10 @@ def overflow_refusal(
 ) -> Completion | None:
     """The contract every backend keeps (`GenerationRequest.reserve_output`): a prompt that leaves no
     room to generate, or not `max_tokens` when the request reserves them, is refused as
-    `context_overflow` before anything is decoded; None when it fits. (llama.cpp decides with its own
-    cell arithmetic and words its refusal with `overflow_message`.)"""
+    `context_overflow` before anything is decoded; None when it fits. Exactly at the limit it fits: a
+    prompt of `context_length - 1` tokens leaves room for one generated token, and a prompt and its
+    reserved `max_tokens` that add up to `context_length` fit (the last generated token is never fed
+    back, so it needs no cell)."""
     room = context_length - prompt_tokens
     reserve = request.reserve_output and request.scoring is None
     if room > 0 and not (reserve and room < request.sampling.max_tokens):

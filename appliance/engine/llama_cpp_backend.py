@@ -19,7 +19,7 @@ import llama_cpp as C
 
 from appliance.backends import register_backend
 from appliance.catalog import Catalog, ModelSpec
-from appliance.engine.backend import BackendBase, overflow_message
+from appliance.engine.backend import BackendBase
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
@@ -458,9 +458,13 @@ class LlamaCppBackend(BackendBase):
             if job.error is not None:
                 rejected.append(self._reject(job, "error", job.error))
                 continue
-            room = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else 0
-            if len(job.prompt_tokens) + 1 + room >= self.context_length:
-                rejected.append(self._reject_overflow(job))
+            # the shared rule, to the token: a prompt of context - 1 tokens has room for one generated token,
+            # and a prompt and its reserved reply may fill the context (the last token is never fed back)
+            refusal = self._refusal(
+                job.request, len(job.prompt_tokens), self.context_length, time.perf_counter() - job.submitted_at
+            )
+            if refusal is not None:
+                rejected.append((job.ticket, refusal))
                 continue
             if self.caches.prefix_in_progress(job):
                 deferred.append(job)
@@ -506,11 +510,6 @@ class LlamaCppBackend(BackendBase):
             scores=scores,
         )
         return job.ticket, completion
-
-    def _reject_overflow(self, job: Job) -> tuple[int, Completion]:
-        reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
-        error = overflow_message(self.name, len(job.prompt_tokens), self.context_length, reply)
-        return self._reject(job, "context_overflow", error)
 
     def _reject(self, job: Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
         completion = Completion(
