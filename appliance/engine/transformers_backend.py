@@ -3,10 +3,11 @@
 Loads a Hugging Face folder, or a GGUF file through the float32 folder made once
 from it (`hf_loading.hf_folder_from_gguf`). Requests join and leave the batch between decode
 steps, and a conversation's cache is kept between its turns
-(`transformers_batching.py`). What it does not do, and the llama.cpp backend
-does: fork one prompt's prefill for another's shared prefix, and enforce
-grammars (a constrained role's reply is parsed as is; failures are stored as
-unparsed).
+(`transformers_batching.py`). A request's GBNF grammar is enforced through
+xgrammar where it is installed (it comes with vLLM); without it, or on a
+synthetic model (no tokenizer), a request with a grammar is refused at submit,
+never decoded unconstrained. What it does not do, and the llama.cpp backend
+does: fork one prompt's prefill for another's shared prefix.
 
 One backend serves a base and any number of PEFT LoRA adapters of it: each request names its adapter
 (`GenerationRequest.adapter`) and a batch mixes them, PEFT applying each row's own adapter in the same
@@ -41,9 +42,11 @@ from appliance.engine.synthetic import ByteTokens, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
     DecodeBatch,
+    GrammarCompiler,
     LiveSequence,
     StoredConversation,
     choose_token,
+    import_xgrammar,
     logits_processors,
 )
 from appliance.engine.transformers_options import TransformersOptions
@@ -95,6 +98,9 @@ class TransformersBackend(BackendBase):
         else:
             self.model.to(self.device)
         self.model.eval()
+        self.synthetic = synthetic is not None
+        #: the grammar compiler, made at the first request with a grammar (None until then)
+        self.grammars: GrammarCompiler | None = None
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.slots = slots
         self.context_length = context_length
@@ -109,6 +115,15 @@ class TransformersBackend(BackendBase):
         # without reuse (the bench's stateless baseline) no finished turn's cache is kept
         self.conversations = ConversationCaches(capacity=4 * slots if reuse_cache else 0)
 
+    def _grammar_unsupported(self) -> str | None:
+        if self.synthetic:
+            return "a synthetic model has no tokenizer to follow a grammar with"
+        if import_xgrammar() is None:
+            return (
+                "it enforces grammars through xgrammar, which is not installed (pip install xgrammar; vLLM brings it)"
+            )
+        return None
+
     def _queue(self, ticket: int, request: GenerationRequest) -> None:
         request = with_adapter(request, self.name, self.adapters, self.default_adapter)
         adapter = request.adapter
@@ -116,6 +131,7 @@ class TransformersBackend(BackendBase):
             self.scoring.append((ticket, request, time.perf_counter()))
             return
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
+        grammar = self._grammar_compiler().follow(request.grammar) if request.grammar is not None else None
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
         refusal = self._refusal(request, len(prompt), self.context_length)
         if refusal is not None:
@@ -133,8 +149,16 @@ class TransformersBackend(BackendBase):
             conversation=conversation,
             submitted_at=time.perf_counter(),
             adapter=adapter,
+            grammar=grammar,
         )
         self.waiting.append(sequence)
+
+    def _grammar_compiler(self) -> GrammarCompiler:
+        """The model's grammar compiler, made once (`submit` refused the grammar where it cannot be)."""
+        if self.grammars is None:
+            vocab_size = int(self.model.config.get_text_config().vocab_size)
+            self.grammars = GrammarCompiler(import_xgrammar(), self.tokenizer, vocab_size)
+        return self.grammars
 
     @property
     def busy(self) -> bool:
@@ -224,7 +248,7 @@ class TransformersBackend(BackendBase):
         self.counters.decode_calls += 1
         last = output.logits[:, -1]
         # plain greedy rows in one argmax and one copy to the host (not a device sync per row)
-        greedy = [row for row, sequence in enumerate(sequences) if not sequence.processors]
+        greedy = [row for row, s in enumerate(sequences) if not s.processors and s.grammar is None]
         picks = dict(zip(greedy, last[greedy].argmax(dim=-1).tolist(), strict=True)) if greedy else {}
         for row, sequence in enumerate(sequences):
             sequence.pending = None
@@ -238,8 +262,10 @@ class TransformersBackend(BackendBase):
         return {"adapter_names": [adapter or PEFT_BASE for adapter in adapters]}
 
     def _accept(self, sequence: LiveSequence, token: int) -> None:
-        """A sampled token: the end of the reply, or one more generated token (fed on the next step)."""
-        if token == self.tokenizer.eos_token_id and not sequence.sampling.ignore_eos:
+        """A sampled token: the end of the reply, or one more generated token (fed on the next step). A
+        grammar that took its stop token ends the reply (nothing may follow, whatever `ignore_eos` says)."""
+        complete = sequence.grammar is not None and sequence.grammar.accept(token)
+        if complete or (token == self.tokenizer.eos_token_id and not sequence.sampling.ignore_eos):
             sequence.finish_reason = "stop"
             return
         sequence.generated.append(token)
