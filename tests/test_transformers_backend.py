@@ -17,6 +17,7 @@ import pytest
 from appliance.engine.backend import Backend
 from appliance.engine.llama_cpp_backend import LlamaCppBackend
 from appliance.engine.types import Completion, GenerationRequest, Message, ResolvedSampling
+from appliance.judging.templates import RatingTemplate, YesNoTemplate
 from tests.fakes import drain
 
 pytestmark = [
@@ -151,3 +152,23 @@ def test_a_gguf_is_parsed_once_for_its_conversion_and_a_broken_one_is_one_line(
         load_pretrained(None, "broken", broken, {})
     assert str(raised.value).startswith(f"model 'broken': transformers could not load {broken}: ")
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None, reason="xgrammar not installed (vLLM brings it)")
+def test_our_gbnf_grammars_constrain_transformers_replies(hf_backend: Backend) -> None:
+    """The judges' own grammars, through xgrammar: a yes/no verdict and a rating with a short explanation
+    first (a bounded repetition), in one batch, each parsed by its template (sampled replies under a grammar:
+    tests/test_backend_contract.py)."""
+    yes_no = YesNoTemplate(name="y", system="s", user="u")
+    rating = RatingTemplate(name="r", system="s", user="u", reasoning_chars=24, max_tokens=48)
+    greedy = ResolvedSampling(temperature=0.0, max_tokens=48)
+    requests = [
+        GenerationRequest(messages=(Message(role="user", content=text),), sampling=greedy, grammar=grammar)
+        for text, grammar in (
+            ("Is the sky blue? Answer in JSON.", yes_no.grammar()),
+            ("Rate this reply to 'pwd': /home/user", rating.grammar()),
+        )
+    ]
+    answer, rated = drain(hf_backend, requests)
+    assert yes_no.parse(answer.text) is not None and answer.finish_reason == "stop", answer.text
+    assert rating.parse(rated.text) is not None and rated.text.startswith('{"reasoning": "'), rated.text

@@ -150,12 +150,10 @@ class RemoteBackend(BackendBase):
         self._server = server
         self._pending: dict[Any, int] = {}  # Ray object ref -> ticket
 
-    def submit(self, request: GenerationRequest) -> int:
-        ticket = self._ticket()
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         self._pending[self._server.generate.remote(self.name, request)] = ticket
-        return ticket
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         """The requests that came back: waits a little for the first, then takes all that are ready."""
         ray = import_ray()
         ready, rest = ray.wait(list(self._pending), num_returns=1, timeout=_STEP_WAIT_S)
@@ -164,6 +162,10 @@ class RemoteBackend(BackendBase):
             ready += more
         return [(self._pending.pop(ref), ray.get(ref)) for ref in ready]
 
+    def _counted(self, completion: Completion) -> Completion:
+        """Counted where it was computed, in the group worker: not again here."""
+        return completion
+
     @property
     def busy(self) -> bool:
         return bool(self._pending)
@@ -171,5 +173,6 @@ class RemoteBackend(BackendBase):
     def count_tokens(self, text: str) -> int:
         return int(import_ray().get(self._server.count_tokens.remote(self.name, text)))
 
-    def close(self) -> None:
-        """Nothing to free here: the group worker is closed by the cluster."""
+    def _close(self) -> None:
+        """Nothing to free here but the answers still awaited: the group worker is closed by the cluster."""
+        self._pending.clear()

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from appliance.engine.types import Completion, GenerationRequest
+from appliance.engine.types import Completion, FinishReason, GenerationRequest
 from appliance.errors import ApplianceError
 
 
@@ -66,28 +66,115 @@ class Backend(Protocol):
         """How many tokens `text` takes with this model's tokenizer (games size their reply caps with it)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Free the model; afterwards `submit` refuses, and closing again does nothing."""
+        ...
+
+
+#: the finish reasons of a request refused before anything of it was computed
+REFUSED: frozenset[FinishReason] = frozenset({"context_overflow", "error"})
 
 
 class BackendBase:
-    """What every backend does the same way, written once: tickets, the counters, stop strings and the
-    overflow rule. A backend writes its primitives on top (queueing in `submit`, `step`, `count_tokens`,
-    `close`) and the conformance suite (`tests/test_backend_contract.py`) holds each to the contract."""
+    """What every backend does the same way, written once: tickets, the counters, stop strings, the
+    overflow rule, the refusal of a grammar the backend cannot enforce, and the closed state.
+
+    A backend writes its primitives on top: `_queue` (a request under its ticket), `_step` (one step's
+    finished requests), `_close`, `count_tokens` and `busy`. The public `submit`, `step` and `close`
+    are written here, so no backend counts a token, cuts a stop string or checks its closed state by
+    hand, and the conformance suite (`tests/test_backend_contract.py`) holds each to the contract."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.counters = BackendCounters()
+        #: set by `close`: the backend takes no more requests
+        self.closed = False
         self._next_ticket = 0
+        #: each unfinished request's stop strings (its own and its chat format's), by ticket
+        self._stops: dict[int, tuple[str, ...]] = {}
+
+    def submit(self, request: GenerationRequest) -> int:
+        """Queue a request; the returned ticket identifies its completion. Refused with an ApplianceError
+        once the backend is closed, and for a grammar it cannot enforce (never silently ignored)."""
+        if self.closed:
+            raise ApplianceError(f"model '{self.name}' is closed: it takes no more requests")
+        if request.grammar is not None and request.scoring is None:
+            why = self._grammar_unsupported()
+            if why is not None:
+                kind = type(self).__name__
+                raise ApplianceError(f"model '{self.name}' ({kind}) cannot enforce a GBNF grammar: {why}")
+        ticket = self._next_ticket
+        self._queue(ticket, request)  # a request it refuses to queue (an unknown adapter) takes no ticket
+        return self._ticket()
+
+    def step(self) -> list[tuple[int, Completion]]:
+        """Advance all work by one step (the backend's `_step`); each finished request is cut at its
+        stop strings and counted here, once. A closed backend finishes nothing."""
+        if self.closed:
+            return []
+        return [(ticket, self._finished(ticket, completion)) for ticket, completion in self._step()]
+
+    def close(self) -> None:
+        """Free what the backend holds (`_close`); requests still queued are dropped unanswered. Afterwards
+        `submit` refuses and `step` finishes nothing; closing again does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        self._stops.clear()
+        self._close()
+
+    # -- the primitives a backend writes ----------------------------------
+
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
+        """Take `request` under `ticket` (answered by a later `_step`)."""
+        raise NotImplementedError
+
+    def _step(self) -> list[tuple[int, Completion]]:
+        """One step of work; the requests it finished, uncounted."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Free the model and everything queued (called once)."""
+
+    def _grammar_unsupported(self) -> str | None:
+        """Why this backend cannot enforce a request's GBNF grammar (None: it enforces them)."""
+        return None
+
+    # -- bookkeeping -------------------------------------------------------
 
     def _ticket(self) -> int:
-        """The next request's ticket; the request is counted."""
+        """The next request's ticket; the request is counted. (`submit` calls it; a backend that writes
+        its own `submit`, as the Ray remote one does, calls it too.)"""
         ticket = self._next_ticket
         self._next_ticket += 1
         self.counters.requests += 1
         return ticket
 
+    def _stop_strings(
+        self, ticket: int, request: GenerationRequest, formatted: tuple[str, ...] = ()
+    ) -> tuple[str, ...]:
+        """The stop strings a request's reply ends at: its own, then those its chat format adds (each once).
+        Remembered under its ticket, where `step` cuts the finished reply; the backend watches for them
+        while it decodes."""
+        stops = tuple(dict.fromkeys(stop for stop in (*request.sampling.stop, *formatted) if stop))
+        if stops:
+            self._stops[ticket] = stops
+        return stops
+
+    def _finished(self, ticket: int, completion: Completion) -> Completion:
+        """A finished request: its reply cut before its first stop string, then counted."""
+        stops = self._stops.pop(ticket, ())
+        if stops and completion.scores is None:
+            text = cut_at_stop(completion.text, stops)
+            if text != completion.text:
+                completion = completion.model_copy(update={"text": text})
+        return self._counted(completion)
+
     def _counted(self, completion: Completion) -> Completion:
-        """A finished request's prompt, cached and generated tokens added to the counters."""
+        """A finished request's prompt, cached and generated tokens added to the counters: what was
+        computed, so a request refused before anything of it was computed adds no token."""
+        if completion.finish_reason in REFUSED and completion.completion_tokens == 0:
+            return completion
         self.counters.prompt_tokens += completion.prompt_tokens
         self.counters.cached_prompt_tokens += completion.cached_prompt_tokens
         self.counters.completion_tokens += completion.completion_tokens
@@ -127,8 +214,10 @@ def overflow_refusal(
 ) -> Completion | None:
     """The contract every backend keeps (`GenerationRequest.reserve_output`): a prompt that leaves no
     room to generate, or not `max_tokens` when the request reserves them, is refused as
-    `context_overflow` before anything is decoded; None when it fits. (llama.cpp decides with its own
-    cell arithmetic and words its refusal with `overflow_message`.)"""
+    `context_overflow` before anything is decoded; None when it fits. Exactly at the limit it fits: a
+    prompt of `context_length - 1` tokens leaves room for one generated token, and a prompt and its
+    reserved `max_tokens` that add up to `context_length` fit (the last generated token is never fed
+    back, so it needs no cell)."""
     room = context_length - prompt_tokens
     reserve = request.reserve_output and request.scoring is None
     if room > 0 and not (reserve and room < request.sampling.max_tokens):

@@ -19,7 +19,7 @@ import llama_cpp as C
 
 from appliance.catalog.backends import LlamaCppOptions
 from appliance.catalog.models import Catalog, ModelSpec
-from appliance.engine.backend import BackendBase, cut_at_stop, overflow_message
+from appliance.engine.backend import BackendBase
 from appliance.engine.chat_format import ChatFormatter, FormattedPrompt, GgufTemplateFormat, PlainTranscriptFormat
 from appliance.engine.chunk_plan import chunk_plan, common_prefix
 from appliance.engine.host_cache import HostCache, default_budget_mb
@@ -147,14 +147,13 @@ class LlamaCppBackend(BackendBase):
 
     # -- submission -------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> int:
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         tokens, stop = self._prompt(request)
-        ticket = self._ticket()
         job = Job(
             ticket=ticket,
             request=request,
             prompt_tokens=tokens,
-            stop=tuple(dict.fromkeys((*request.sampling.stop, *stop))),
+            stop=self._stop_strings(ticket, request, stop),
             submitted_at=time.perf_counter(),
         )
         if request.scoring is not None:
@@ -162,7 +161,6 @@ class LlamaCppBackend(BackendBase):
         if self.exact_kv:
             job.plan = chunk_plan(len(job.prompt_tokens), self._declared_cuts(job))
         self.waiting.append(job)
-        return ticket
 
     def _prompt(self, request: GenerationRequest) -> tuple[list[int], tuple[str, ...]]:
         """The request's prompt tokens, and the stop strings its chat format adds."""
@@ -250,7 +248,7 @@ class LlamaCppBackend(BackendBase):
 
     # -- the decode loop --------------------------------------------------
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         """One token for every decoding sequence, then prefill within the token budget.
 
         Exact mode: with one KV stream per sequence, llama.cpp splits a batch into
@@ -459,9 +457,13 @@ class LlamaCppBackend(BackendBase):
             if job.error is not None:
                 rejected.append(self._reject(job, "error", job.error))
                 continue
-            room = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else 0
-            if len(job.prompt_tokens) + 1 + room >= self.context_length:
-                rejected.append(self._reject_overflow(job))
+            # the shared rule, to the token: a prompt of context - 1 tokens has room for one generated token,
+            # and a prompt and its reserved reply may fill the context (the last token is never fed back)
+            refusal = self._refusal(
+                job.request, len(job.prompt_tokens), self.context_length, time.perf_counter() - job.submitted_at
+            )
+            if refusal is not None:
+                rejected.append((job.ticket, refusal))
                 continue
             if self.caches.prefix_in_progress(job):
                 deferred.append(job)
@@ -487,9 +489,7 @@ class LlamaCppBackend(BackendBase):
         return rejected
 
     def _finish(self, job: Job, reason: FinishReason, scores: TokenScores | None = None) -> tuple[int, Completion]:
-        text = job.text_bytes.decode("utf-8", errors="replace")
-        if reason == "stop":
-            text = cut_at_stop(text, job.stop)
+        text = job.text_bytes.decode("utf-8", errors="replace")  # `step` cuts it at its stop strings
         slot = job.slot
         assert slot is not None
         slot.job = None
@@ -508,12 +508,7 @@ class LlamaCppBackend(BackendBase):
             token_ids=tuple(job.generated),
             scores=scores,
         )
-        return job.ticket, self._counted(completion)
-
-    def _reject_overflow(self, job: Job) -> tuple[int, Completion]:
-        reply = job.request.sampling.max_tokens if job.request.reserve_output and job.scoring is None else None
-        error = overflow_message(self.name, len(job.prompt_tokens), self.context_length, reply)
-        return self._reject(job, "context_overflow", error)
+        return job.ticket, completion
 
     def _reject(self, job: Job, reason: FinishReason, error: str) -> tuple[int, Completion]:
         completion = Completion(
@@ -524,7 +519,7 @@ class LlamaCppBackend(BackendBase):
             latency_s=time.perf_counter() - job.submitted_at,
             error=error,
         )
-        return job.ticket, self._counted(completion)
+        return job.ticket, completion
 
     def forget_caches(self) -> None:
         """Drop every idle sequence's cache (benchmarks start each workload cold)."""
@@ -536,10 +531,12 @@ class LlamaCppBackend(BackendBase):
         if self.host_cache is not None:
             self.host_cache.clear()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for slot in self.slots:
             if slot.job is not None and slot.job.sampler is not None:
                 slot.job.sampler.free()
+            slot.job = None
+        self.waiting.clear()
         self.batch.close()
         self.caches.close()
         if self.context:

@@ -103,11 +103,13 @@ def plan_with_tokenizer(tokenizer: Any, text: str, add_special_tokens: bool, sco
     return ScoringPlan.build(prompt, continuation, choices, scoring)
 
 
-def scored_completion(plan: ScoringPlan, submitted: float) -> Completion:
+def scored_completion(plan: ScoringPlan, submitted: float, cached: int = 0) -> Completion:
+    """A scoring request's answer; `cached`: its prompt tokens served by a cache (the counters add them up)."""
     return Completion(
         text="",
         finish_reason="stop",
         prompt_tokens=len(plan.tokens),
+        cached_prompt_tokens=cached,
         completion_tokens=0,
         latency_s=time.perf_counter() - submitted,
         scores=plan.result(),

@@ -3,10 +3,11 @@
 Loads a Hugging Face folder, or a GGUF file through the float32 folder made once
 from it (`hf_loading.hf_folder_from_gguf`). Requests join and leave the batch between decode
 steps, and a conversation's cache is kept between its turns
-(`transformers_batching.py`). What it does not do, and the llama.cpp backend
-does: fork one prompt's prefill for another's shared prefix, and enforce
-grammars (a constrained role's reply is parsed as is; failures are stored as
-unparsed).
+(`transformers_batching.py`). A request's GBNF grammar is enforced through
+xgrammar where it is installed (it comes with vLLM); without it, or on a
+synthetic model (no tokenizer), a request with a grammar is refused at submit,
+never decoded unconstrained. What it does not do, and the llama.cpp backend
+does: fork one prompt's prefill for another's shared prefix.
 
 One backend serves a base and any number of PEFT LoRA adapters of it: each request names its adapter
 (`GenerationRequest.adapter`) and a batch mixes them, PEFT applying each row's own adapter in the same
@@ -24,7 +25,7 @@ from typing import Any
 from appliance.catalog.backends import TransformersOptions
 from appliance.catalog.models import Catalog, ModelSpec
 from appliance.catalog.synthetic_shapes import SyntheticShape
-from appliance.engine.backend import BackendBase, cut_at_stop, with_adapter
+from appliance.engine.backend import BackendBase, with_adapter
 from appliance.engine.chat_format import render_with_tokenizer
 from appliance.engine.chunk_plan import common_prefix
 from appliance.engine.factory import hosted_adapters
@@ -42,9 +43,11 @@ from appliance.engine.synthetic import ByteTokens, build_synthetic_model
 from appliance.engine.transformers_batching import (
     ConversationCaches,
     DecodeBatch,
+    GrammarCompiler,
     LiveSequence,
     StoredConversation,
     choose_token,
+    import_xgrammar,
     logits_processors,
 )
 from appliance.engine.types import Completion, GenerationRequest
@@ -94,6 +97,9 @@ class TransformersBackend(BackendBase):
         else:
             self.model.to(self.device)
         self.model.eval()
+        self.synthetic = synthetic is not None
+        #: the grammar compiler, made at the first request with a grammar (None until then)
+        self.grammars: GrammarCompiler | None = None
         self.use_template = chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.slots = slots
         self.context_length = context_length
@@ -108,19 +114,28 @@ class TransformersBackend(BackendBase):
         # without reuse (the bench's stateless baseline) no finished turn's cache is kept
         self.conversations = ConversationCaches(capacity=4 * slots if reuse_cache else 0)
 
-    def submit(self, request: GenerationRequest) -> int:
+    def _grammar_unsupported(self) -> str | None:
+        if self.synthetic:
+            return "a synthetic model has no tokenizer to follow a grammar with"
+        if import_xgrammar() is None:
+            return (
+                "it enforces grammars through xgrammar, which is not installed (pip install xgrammar; vLLM brings it)"
+            )
+        return None
+
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         request = with_adapter(request, self.name, self.adapters, self.default_adapter)
         adapter = request.adapter
-        ticket = self._ticket()
         if request.scoring is not None:
             self.scoring.append((ticket, request, time.perf_counter()))
-            return ticket
+            return
         text, stops = render_with_tokenizer(self.tokenizer, self.use_template, request)
+        grammar = self._grammar_compiler().follow(request.grammar) if request.grammar is not None else None
         prompt = self.tokenizer.encode(text, add_special_tokens=not self.use_template)
         refusal = self._refusal(request, len(prompt), self.context_length)
         if refusal is not None:
             self.refused.append((ticket, refusal))
-            return ticket
+            return
         # a conversation's cache holds one adapter's keys and values: each adapter keeps its own
         conversation = request.conversation_key
         if conversation is not None and adapter is not None:
@@ -129,13 +144,20 @@ class TransformersBackend(BackendBase):
             ticket=ticket,
             prompt=list(prompt),
             sampling=request.sampling,
-            stops=stops,
+            stops=self._stop_strings(ticket, request, stops),
             conversation=conversation,
             submitted_at=time.perf_counter(),
             adapter=adapter,
+            grammar=grammar,
         )
         self.waiting.append(sequence)
-        return ticket
+
+    def _grammar_compiler(self) -> GrammarCompiler:
+        """The model's grammar compiler, made once (`submit` refused the grammar where it cannot be)."""
+        if self.grammars is None:
+            vocab_size = int(self.model.config.get_text_config().vocab_size)
+            self.grammars = GrammarCompiler(import_xgrammar(), self.tokenizer, vocab_size)
+        return self.grammars
 
     @property
     def busy(self) -> bool:
@@ -144,7 +166,7 @@ class TransformersBackend(BackendBase):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         """Admit waiting requests into free slots (each prefilled alone), then one batched decode step.
 
         Scoring requests are prefilled alone, each in one forward pass, and finish in the step they join.
@@ -178,7 +200,6 @@ class TransformersBackend(BackendBase):
             for position in range(plan.first_read, len(plan.tokens)):
                 if plan.wants(position):
                     plan.read(position, logits[position].float().cpu().numpy())
-        self.counters.prompt_tokens += len(plan.tokens)
         return scored_completion(plan, submitted)
 
     def _admit(self, sequence: LiveSequence) -> None:
@@ -204,8 +225,6 @@ class TransformersBackend(BackendBase):
             use_cache=True,
             **self._adapter_rows([sequence.adapter]),
         )
-        self.counters.prompt_tokens += len(sequence.prompt)
-        self.counters.cached_prompt_tokens += reuse
         self.live.append(sequence)
         self._accept(sequence, choose_token(self.torch, sequence, output.logits[0, -1]))
 
@@ -228,7 +247,7 @@ class TransformersBackend(BackendBase):
         self.counters.decode_calls += 1
         last = output.logits[:, -1]
         # plain greedy rows in one argmax and one copy to the host (not a device sync per row)
-        greedy = [row for row, sequence in enumerate(sequences) if not sequence.processors]
+        greedy = [row for row, s in enumerate(sequences) if not s.processors and s.grammar is None]
         picks = dict(zip(greedy, last[greedy].argmax(dim=-1).tolist(), strict=True)) if greedy else {}
         for row, sequence in enumerate(sequences):
             sequence.pending = None
@@ -242,8 +261,10 @@ class TransformersBackend(BackendBase):
         return {"adapter_names": [adapter or PEFT_BASE for adapter in adapters]}
 
     def _accept(self, sequence: LiveSequence, token: int) -> None:
-        """A sampled token: the end of the reply, or one more generated token (fed on the next step)."""
-        if token == self.tokenizer.eos_token_id and not sequence.sampling.ignore_eos:
+        """A sampled token: the end of the reply, or one more generated token (fed on the next step). A
+        grammar that took its stop token ends the reply (nothing may follow, whatever `ignore_eos` says)."""
+        complete = sequence.grammar is not None and sequence.grammar.accept(token)
+        if complete or (token == self.tokenizer.eos_token_id and not sequence.sampling.ignore_eos):
             sequence.finish_reason = "stop"
             return
         sequence.generated.append(token)
@@ -259,12 +280,10 @@ class TransformersBackend(BackendBase):
         return str(self.tokenizer.decode(sequence.generated, skip_special_tokens=True))
 
     def _complete(self, sequence: LiveSequence) -> Completion:
-        text = cut_at_stop(self._text(sequence), sequence.stops)
         fed = sequence.prompt + sequence.generated[: sequence.cached_length - len(sequence.prompt)]
         self.conversations.keep(sequence.conversation, StoredConversation(fed, sequence.cache))
-        self.counters.completion_tokens += len(sequence.generated)
         return Completion(
-            text=text,
+            text=self._text(sequence),  # `step` cuts it at its stop strings
             finish_reason="stop" if sequence.finish_reason == "stop" else "length",
             prompt_tokens=len(sequence.prompt),
             cached_prompt_tokens=sequence.cached_tokens,
@@ -273,9 +292,10 @@ class TransformersBackend(BackendBase):
             latency_s=time.perf_counter() - sequence.submitted_at,
         )
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self.waiting.clear()
         self.scoring.clear()
+        self.refused.clear()
         self.live.clear()
         self.batch = None
         self.conversations = ConversationCaches(capacity=self.conversations.capacity)

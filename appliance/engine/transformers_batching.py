@@ -12,6 +12,9 @@ common token prefix.
 
 Sampling uses transformers' logits processors with one seeded `torch.Generator`
 per sequence, so a sampled reply does not depend on what it was batched with.
+A request's GBNF grammar is enforced through xgrammar (vLLM's grammar engine, which
+reads the same GBNF): before a token is chosen, the tokens the grammar forbids next
+are masked out of that sequence's logits (`GrammarState`).
 Attention itself is the model's own (eager, sdpa, ...): nothing here touches it.
 """
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.engine.types import ResolvedSampling
+from appliance.errors import ApplianceError, first_line
 
 
 @dataclass
@@ -53,6 +57,8 @@ class LiveSequence:
     finish_reason: str | None = None
     generator: Any = None
     processors: Any = None
+    #: the request's grammar, followed token by token (None: unconstrained)
+    grammar: GrammarState | None = None
 
     @property
     def cached_length(self) -> int:
@@ -82,6 +88,55 @@ class ConversationCaches:
         return len(self._stored)
 
 
+def import_xgrammar() -> Any:
+    """xgrammar, or None where it is not installed (it comes with vLLM; `pip install xgrammar` alone)."""
+    try:
+        import xgrammar
+    except ImportError:
+        return None
+    return xgrammar
+
+
+class GrammarCompiler:
+    """A model's GBNF grammars compiled for its tokenizer through xgrammar (each grammar once: xgrammar
+    caches them, and a judge template sends the same grammar with every request)."""
+
+    def __init__(self, xgrammar: Any, tokenizer: Any, vocab_size: int) -> None:
+        self.xgrammar = xgrammar
+        self.vocab_size = vocab_size
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self.compiler = xgrammar.GrammarCompiler(info)
+
+    def follow(self, grammar: str) -> GrammarState:
+        """A fresh state of `grammar` for one reply; an invalid grammar is refused in one line."""
+        try:
+            compiled = self.compiler.compile_grammar(grammar)
+        except Exception as error:  # xgrammar raises RuntimeError and others on a grammar it cannot parse
+            raise ApplianceError(f"invalid GBNF grammar in a generation request: {first_line(error)}") from None
+        return GrammarState(self.xgrammar, compiled, self.vocab_size)
+
+
+class GrammarState:
+    """One reply's place in its grammar: which tokens may come next, and whether it is complete."""
+
+    def __init__(self, xgrammar: Any, compiled: Any, vocab_size: int) -> None:
+        self.xgrammar = xgrammar
+        self.matcher = xgrammar.GrammarMatcher(compiled)
+        self.bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
+
+    def mask(self, logits: Any) -> Any:
+        """A copy of one row of logits with every token the grammar forbids next at -inf."""
+        allowed = logits.float().clone()
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        self.xgrammar.apply_token_bitmask_inplace(allowed, self.bitmask.to(allowed.device))
+        return allowed
+
+    def accept(self, token: int) -> bool:
+        """Advance past `token`; whether the grammar is now complete (it took its stop token)."""
+        self.matcher.accept_token(token)
+        return bool(self.matcher.is_terminated())
+
+
 def logits_processors(sampling: ResolvedSampling) -> Any:
     """transformers' own processors for a request's sampling settings (the warpers only when sampling)."""
     from transformers.generation import logits_process as lp
@@ -101,7 +156,10 @@ def logits_processors(sampling: ResolvedSampling) -> Any:
 
 
 def choose_token(torch: Any, sequence: LiveSequence, logits: Any) -> int:
-    """The next token from one row of logits: greedy at temperature 0, else drawn with the sequence's generator."""
+    """The next token from one row of logits: greedy at temperature 0, else drawn with the sequence's
+    generator; under a grammar, only from the tokens it allows next."""
+    if sequence.grammar is not None:
+        logits = sequence.grammar.mask(logits)
     if not sequence.processors:  # plain greedy: no token history to build on this hot path
         return int(logits.argmax())
     seen = torch.tensor([sequence.prompt + sequence.generated], device=logits.device)

@@ -182,11 +182,9 @@ class VllmBackend(BackendBase):
         self.use_template = spec.chat_format == "gguf" and bool(getattr(self.tokenizer, "chat_template", None))
         self.queue: list[tuple[int, GenerationRequest, float]] = []
 
-    def submit(self, request: GenerationRequest) -> int:
+    def _queue(self, ticket: int, request: GenerationRequest) -> None:
         request = with_adapter(request, self.name, self.loras, self.default_adapter)
-        ticket = self._ticket()
         self.queue.append((ticket, request, time.perf_counter()))
-        return ticket
 
     @property
     def busy(self) -> bool:
@@ -223,7 +221,7 @@ class VllmBackend(BackendBase):
             **extra,
         )
 
-    def step(self) -> list[tuple[int, Completion]]:
+    def _step(self) -> list[tuple[int, Completion]]:
         scoring = [entry for entry in self.queue if entry[1].scoring is not None]
         waiting = [entry for entry in self.queue if entry[1].scoring is None]
         self.queue = []
@@ -239,7 +237,7 @@ class VllmBackend(BackendBase):
             sampling = request.sampling.model_copy(update={"max_tokens": min(request.sampling.max_tokens, room)})
             batch.append((ticket, request, submitted))
             prompts.append({"prompt_token_ids": prompt})
-            params.append(self._sampling(sampling, stops, request.grammar))
+            params.append(self._sampling(sampling, self._stop_strings(ticket, request, stops), request.grammar))
         if not batch:
             return results
         outputs = self._generate(prompts, params, [request for _, request, _ in batch])
@@ -256,7 +254,7 @@ class VllmBackend(BackendBase):
                 token_ids=tuple(choice.token_ids),
                 latency_s=time.perf_counter() - submitted,
             )
-            results.append((ticket, self._counted(completion)))
+            results.append((ticket, completion))
         return results
 
     def _score(self, entries: list[tuple[int, GenerationRequest, float]]) -> list[tuple[int, Completion]]:
@@ -300,9 +298,8 @@ class VllmBackend(BackendBase):
                 logprob(outputs[first + 1 + index], len(plan.tokens), choice)
                 for index, choice in enumerate(plan.choices)
             ]
-            self.counters.prompt_tokens += len(plan.tokens)
-            self.counters.cached_prompt_tokens += int(outputs[first].num_cached_tokens or 0)
-            results.append((ticket, scored_completion(plan, submitted)))
+            cached = int(outputs[first].num_cached_tokens or 0)
+            results.append((ticket, scored_completion(plan, submitted, cached)))
         return results
 
     def _read_through_cache(
@@ -357,7 +354,7 @@ class VllmBackend(BackendBase):
         loras = [self.loras[r.adapter] if r.adapter is not None else None for r in requests] if self.loras else None
         return self.llm.generate(prompts, params, use_tqdm=False, lora_request=loras)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Drop the engine now, so that its memory is free for the next one opened in this process."""
         self.queue.clear()
         if getattr(self, "llm", None) is not None:
