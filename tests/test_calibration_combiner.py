@@ -287,3 +287,34 @@ def test_the_blend_refits_no_ridge_the_ridge_candidate_already_fitted(monkeypatc
     assert combination.chosen in {BLEND, "ridge", "top 1"}
     whole = 1 if combination.chosen != "top 1" else 0
     assert len(calls) == REPEATS * FOLDS + whole
+
+
+def test_a_pairwise_calibration_is_antisymmetric_so_equal_responses_tie_whatever_the_label_prior() -> None:
+    """PandaLM's majority favours the second response a little, and a run's pairs come in a fixed order:
+    the pair regression has no intercept, so swapping the responses negates the preference and two equal
+    responses tie; the order-free lean to slot A is left out; the feature set is chosen on the fit."""
+    from appliance.calibration.features import fit_pair_feature_calibration
+
+    rng = np.random.default_rng(3)
+    size = 240
+    preference = rng.normal(size=size)
+    tokens = rng.normal(size=size)
+    lean = rng.normal(size=size)
+    signal = preference + 0.3 * rng.normal(size=size) - 0.4  # labels lean to the second response
+    human = np.where(signal > 0.3, 1.0, np.where(signal < -0.3, -1.0, 0.0))
+    columns = {
+        "j": {"preference": preference, "tokens": tokens, "position_lean": lean, "logprob": rng.normal(size=size)}
+    }
+    calibration = fit_pair_feature_calibration(columns, human, seed=0)
+    assert "position_lean" not in calibration.features_by_judge()["j"]
+    assert set(calibration.fit_agreement) == {"every feature", "direct preference and length", "length"}
+    assert calibration.fit_agreement["length"] < calibration.fit_agreement[calibration.feature_set]
+
+    def predicted(scale: float) -> float:
+        one = {name: np.asarray([scale * 0.8]) for name in ("preference", "tokens", "logprob")}
+        return float(calibration.features.predict({"j": one | {"position_lean": np.asarray([5.0])}})[0])
+
+    assert predicted(0.0) == 0.0
+    assert predicted(1.0) > 0 and predicted(-1.0) == pytest.approx(-predicted(1.0))
+    equal = {name: np.asarray([0.0]) for name in ("preference", "tokens", "logprob", "position_lean")}
+    assert calibration.predict({"j": equal})[0] == 0.0

@@ -101,8 +101,26 @@ def test_all_three_stages_on_one_task_with_the_embedded_models(tmp_path: Path) -
     in_pairs = [p["compared"] + p["undecided"] for p in report["pairs"] if p["subset"] == "all"]
     assert in_pairs == ([len(scripts) - report["perfect_dropped"]] if report["perfect_dropped"] < len(scripts) else [])
     assert report["collection"]["dialogues"] == 1 and sum(report["collection"]["scripts"].values()) == len(scripts)
+    # the default panel reads each comparison as PandaLM's pairs were read, and the shipped pairwise
+    # calibration decides it: its id on every outcome, a decision in -1, 0, +1, its evidence in the report
+    with duckdb.connect(db, read_only=True) as con:
+        outcomes = con.execute(
+            "SELECT value, calibrated_value, calibration_id FROM scores s JOIN episodes e USING (episode_id) "
+            "WHERE e.instance_id LIKE 'compare/%' AND metric = 'pair_outcome'"
+        ).fetchall()
+        read = con.execute(
+            "SELECT DISTINCT judge, template FROM judgments j JOIN episodes e USING (episode_id) "
+            "WHERE e.instance_id LIKE 'compare/%' AND criterion = 'preference' AND parsed"
+        ).fetchall()
+    assert sorted(read) == [("gemma3-270m", "instruction_likelihood"), ("smollm2-135m", "instruction_likelihood")]
+    assert len(outcomes) == len(scripts)
+    assert all(calibrated in (-1.0, 0.0, 1.0) and (cal or "").startswith("cal-") for _, calibrated, cal in outcomes)
     text = cli("report", "--db", db)
     assert text.returncode == 0 and "hard subset" in text.stdout and "pairwise" in text.stdout
+    assert "decided by the panel's preference calibrated on pandalm" in " ".join(text.stdout.split())
+    judged = json.loads(cli("report", "--db", db, "--json").stdout)[0]["judged_figures"]
+    pairwise = next(figure for figure in judged if figure["figure"] == "simulbench.pairwise")
+    assert pairwise["calibration"].startswith("calibrated on pandalm / preference")
 
 
 @pytest.mark.real_model

@@ -98,16 +98,19 @@ def nonnegative_quadratic_minimum(hessian: np.ndarray, linear: np.ndarray) -> np
     return weights
 
 
-def _solve(matrix: np.ndarray, target: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _solve(
+    matrix: np.ndarray, target: np.ndarray, alpha: float, *, through_origin: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """A monotone ridge fit: each standardised feature enters in the direction its rank correlation with
     the target shows on these rows, with a non-negative weight (the exact minimum of the penalised squared
     error). A feature whose direction flips from one sample to another is left out rather than fitted
-    with a sign that noise chose."""
-    center = matrix.mean(axis=0)
-    scale = matrix.std(axis=0)
+    with a sign that noise chose. `through_origin`: no centre and no intercept, so that features of zero
+    predict zero (a pair's differences: two equal responses are a tie, whichever is shown first)."""
+    center = np.zeros(matrix.shape[1]) if through_origin else matrix.mean(axis=0)
+    scale = np.sqrt(np.mean(matrix**2, axis=0)) if through_origin else matrix.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
     standard = (matrix - center) / scale
-    intercept = float(target.mean())
+    intercept = 0.0 if through_origin else float(target.mean())
     signs = np.where(np.nan_to_num(spearman_columns(standard, target)) >= 0, 1.0, -1.0)
     oriented = standard * signs
     hessian = oriented.T @ oriented + alpha * np.eye(oriented.shape[1])
@@ -123,7 +126,9 @@ def _complete_rows(columns: FeatureColumns, features: list[str], target: np.ndar
     return rows
 
 
-def fit_ridge(columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS) -> RidgeModel | None:
+def fit_ridge(
+    columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS, through_origin: bool = False
+) -> RidgeModel | None:
     """The monotone ridge model with the penalty of least cross-validated squared error; None without enough
     rows."""
     features = sorted(columns)
@@ -138,25 +143,29 @@ def fit_ridge(columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: 
         errors = []
         for fold in range(folds):
             train, test = assignment != fold, assignment == fold
-            center, scale, coefs, intercept = _solve(matrix[train], y[train], alpha)
+            center, scale, coefs, intercept = _solve(matrix[train], y[train], alpha, through_origin=through_origin)
             predicted = intercept + ((matrix[test] - center) / scale) @ coefs
             errors.append(np.mean((predicted - y[test]) ** 2))
         return float(np.mean(errors))
 
     alpha = min(ALPHAS, key=cv_error)
-    center, scale, coefs, intercept = _solve(matrix, y, alpha)
+    center, scale, coefs, intercept = _solve(matrix, y, alpha, through_origin=through_origin)
     return RidgeModel(
         tuple(features), tuple(map(float, center)), tuple(map(float, scale)), tuple(map(float, coefs)), intercept, alpha
     )
 
 
-def out_of_fold(columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS) -> np.ndarray:
+def out_of_fold(
+    columns: FeatureColumns, target: np.ndarray, *, seed: int, folds: int = FOLDS, through_origin: bool = False
+) -> np.ndarray:
     """Each row predicted by a model fitted (penalty chosen too) without the row's fold."""
     predicted = np.full(len(target), np.nan)
     assignment = fold_ids(len(target), folds, seed + 1)
     for fold in range(folds):
         train = assignment != fold
-        model = fit_ridge({k: v[train] for k, v in columns.items()}, target[train], seed=seed)
+        model = fit_ridge(
+            {k: v[train] for k, v in columns.items()}, target[train], seed=seed, through_origin=through_origin
+        )
         if model is not None:
             test = assignment == fold
             predicted[test] = model.predict({k: v[test] for k, v in columns.items()})
@@ -241,16 +250,22 @@ class FeatureCalibration:
 
 
 def fit_ridge_panel(
-    by_judge: dict[str, FeatureColumns], human: np.ndarray, human_scale: tuple[float, float], *, seed: int
+    by_judge: dict[str, FeatureColumns],
+    human: np.ndarray,
+    human_scale: tuple[float, float],
+    *,
+    seed: int,
+    through_origin: bool = False,
 ) -> FeatureCalibration:
     """Judges' models on the fitting part, and panel weights from their out-of-fold predictions."""
     models: dict[str, RidgeModel] = {}
     cross_fitted: dict[str, np.ndarray] = {}
     for judge, columns in by_judge.items():
-        model = fit_ridge(columns, human, seed=seed)
+        model = fit_ridge(columns, human, seed=seed, through_origin=through_origin)
         if model is not None:
             models[judge] = model
-            cross_fitted[judge] = np.clip(out_of_fold(columns, human, seed=seed), *human_scale)
+            folded = out_of_fold(columns, human, seed=seed, through_origin=through_origin)
+            cross_fitted[judge] = np.clip(folded, *human_scale)
     names = sorted(models)
     weights = simplex_weights(np.column_stack([cross_fitted[j] for j in names]), human) if names else np.zeros(0)
     return FeatureCalibration(models, {j: float(w) for j, w in zip(names, weights, strict=True)}, human_scale)
@@ -276,6 +291,12 @@ PAIR_FEATURE_SETS: dict[str, tuple[str, ...] | None] = {
     "direct preference and length": ("preference", "tokens"),
     "length": ("tokens",),
 }
+
+
+#: pair features that do not change sign when the two responses swap places (the lean to slot A): a
+#: regression through the origin on the differences leaves them out, so the preference it predicts is
+#: antisymmetric and two equal responses tie
+ORDER_FREE_FEATURES = frozenset({"position_lean"})
 
 
 @dataclass(frozen=True)
@@ -313,20 +334,28 @@ class PairFeatureCalibration:
 def fit_pair_feature_calibration(
     by_judge: dict[str, FeatureColumns], human: np.ndarray, *, seed: int
 ) -> PairFeatureCalibration:
-    """For each of `PAIR_FEATURE_SETS`: the regression of the human majority (-1, 0, +1) on those feature
-    differences, and the tie band with the best agreement on the fitting part's out-of-fold panel
-    predictions; the set whose out-of-fold agreement is highest is kept (the first, on a tie)."""
+    """For each of `PAIR_FEATURE_SETS`: the regression through the origin of the human majority (-1, 0, +1)
+    on those feature differences (no intercept: PandaLM's labels favour the second response a little, and
+    a run's pairs come in a fixed order), and the tie band with the best agreement on the fitting part's
+    out-of-fold panel predictions; the set whose out-of-fold agreement is highest is kept (the first, on a
+    tie)."""
     fitted: list[tuple[str, FeatureCalibration, float, float]] = []
     for name, kept in PAIR_FEATURE_SETS.items():
         columns = {
-            judge: {feature: column for feature, column in own.items() if kept is None or feature in kept}
+            judge: {
+                feature: column
+                for feature, column in own.items()
+                if (kept is None or feature in kept) and feature not in ORDER_FREE_FEATURES
+            }
             for judge, own in by_judge.items()
         }
         columns = {judge: own for judge, own in columns.items() if own}
         if columns:
             fitted.append((name, *_fit_pair_features(columns, human, seed=seed)))
     if not fitted:
-        return PairFeatureCalibration(fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed), 0.0)
+        return PairFeatureCalibration(
+            fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed, through_origin=True), 0.0
+        )
     name, features, band, _ = max(fitted, key=lambda candidate: candidate[3])
     return PairFeatureCalibration(features, band, name, {n: agreement for n, _, _, agreement in fitted})
 
@@ -335,9 +364,9 @@ def _fit_pair_features(
     by_judge: dict[str, FeatureColumns], human: np.ndarray, *, seed: int
 ) -> tuple[FeatureCalibration, float, float]:
     """The ridge panel on these columns, its tie band and its out-of-fold agreement at that band."""
-    features = fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed)
+    features = fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed, through_origin=True)
     cross_fitted = [
-        np.clip(out_of_fold(columns, human, seed=seed), -1.0, 1.0)
+        np.clip(out_of_fold(columns, human, seed=seed, through_origin=True), -1.0, 1.0)
         for judge, columns in by_judge.items()
         if judge in features.judges
     ]

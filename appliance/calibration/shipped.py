@@ -59,8 +59,9 @@ def pair_features_sentence(model: dict[str, Any]) -> str:
     """How a pairwise calibration decides: the feature set chosen on the fitting part, and its tie band."""
     scores = ", ".join(f"{name} {value:.3f}" for name, value in model.get("fit_agreement", {}).items())
     return (
-        f"Panel calibrated = a ridge regression of the human majority (+1, 0, -1) on the pair's feature "
-        f"differences, on the feature set chosen on the fitting part: {model.get('feature_set', 'every feature')} "
+        f"Panel calibrated = a ridge regression through the origin of the human majority (+1, 0, -1) on the pair's "
+        f"feature differences (equal responses tie), on the feature set chosen on the fitting part: "
+        f"{model.get('feature_set', 'every feature')} "
         f"(out-of-fold agreement inside the fitting part: {scores or '-'}); {_tie_words(model)}. A feature alone = "
         "its sign, oriented on the fitting part; "
         "length_baseline = the longer response wins."
