@@ -46,7 +46,7 @@ _EXPORTS = {
     "StagedFamily": "appliance.scenarios.base",
     "Family": "appliance.scenarios.base",
     "RULE_SCORER": "appliance.scenarios.base",
-    "ScenarioSpec": "appliance.scenarios.spec",
+    "ScenarioSpec": "appliance.scenario_spec",
     "FamilyEntry": "appliance.scenarios.registry",
     "LoadRequest": "appliance.scenarios.registry",
     "Importer": "appliance.scenarios.registry",
@@ -141,7 +141,7 @@ _REACH_THE_STORE = frozenset(
         "appliance.run.runner",
         "appliance.scenarios.base",
         "appliance.scenarios.registry",
-        "appliance.scenarios.spec",
+        "appliance.scenario_spec",
         "appliance.store.run_view",
         "appliance.store.store",
     }
@@ -200,6 +200,7 @@ if TYPE_CHECKING:
     from appliance.sandbox.cases import TestCase
     from appliance.sandbox.limits import SandboxLimits
     from appliance.sandbox.run import run_tests
+    from appliance.scenario_spec import ScenarioSpec
     from appliance.scenarios.base import RULE_SCORER, Family, Instance, JudgedFamily, ScenarioFamily, StagedFamily
     from appliance.scenarios.registry import (
         FamilyEntry,
@@ -210,6 +211,5 @@ if TYPE_CHECKING:
         load_family,
         register_family,
     )
-    from appliance.scenarios.spec import ScenarioSpec
     from appliance.store.run_view import RunView
     from appliance.store.store import Store

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from appliance.catalog.panels import Panel
+from appliance.scenario_spec import family_of
 from appliance.sharding import Shard
 
 #: roles other than "player", "partner" and the judges that a family may need a model for
@@ -38,9 +39,6 @@ def stored_family_settings(config: Mapping[str, Any]) -> dict[str, dict[str, Any
     """The `families` of a stored config, of either shape. A run stored before they were one field kept
     each scenario's snapshot under `family_settings` and the options under `family_options`, by family
     name, which hold for every scenario of that family."""
-    # deferred: the scenarios package imports this module, and specs are parsed there alone
-    from appliance.scenarios.spec import family_of
-
     families = {str(spec): dict(value) for spec, value in (config.get("families") or {}).items()}
     for spec, snapshot in (config.get(OLD_SNAPSHOTS_KEY) or {}).items():
         families.setdefault(str(spec), {})["snapshot"] = snapshot

@@ -432,7 +432,7 @@ def test_no_cycle_even_through_imports_inside_functions_or_for_typing() -> None:
 
 
 #: where ":" may be split: the scenario spec's parser, and the "key: value" lines of /proc/cpuinfo and /proc/self/cgroup
-SPLITTING_ALLOWED = {"appliance/scenarios/spec.py", "appliance/bench/machine.py", "appliance/sandbox/cgroups.py"}
+SPLITTING_ALLOWED = {"appliance/scenario_spec.py", "appliance/bench/machine.py", "appliance/sandbox/cgroups.py"}
 
 
 def test_scenario_specs_and_episode_ids_are_parsed_in_one_place() -> None:

@@ -22,8 +22,8 @@ from appliance.compare.paired import paired_difference
 from appliance.errors import ApplianceError, describe_validation_error
 from appliance.headline import Headline, Unit
 from appliance.judging.evidence import separation
+from appliance.scenario_spec import family_of
 from appliance.scenarios.registry import family_entry
-from appliance.scenarios.spec import family_of
 from appliance.store import Store
 from appliance.store.run_view import RunView
 from appliance.util.stats import holm_adjusted

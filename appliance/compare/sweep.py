@@ -35,7 +35,7 @@ from appliance.compare.gate import (
 )
 from appliance.errors import ApplianceError
 from appliance.headline import Estimate, Headline, estimate
-from appliance.scenarios.spec import family_of
+from appliance.scenario_spec import family_of
 from appliance.store import Store
 
 

@@ -16,8 +16,8 @@ from appliance.catalog.panels import get_panel
 from appliance.errors import ApplianceError
 from appliance.paths import judges_dir
 from appliance.run_config import FamilySettings, RunConfig
+from appliance.scenario_spec import family_of
 from appliance.scenarios.registry import FamilyEntry, family_entry, family_options
-from appliance.scenarios.spec import family_of
 
 #: instances per scenario when one is named without --limit or --all and the family has no default
 DEFAULT_LIMIT = 6

@@ -25,8 +25,8 @@ from appliance.episodes.roles import BackendFactory, episode_roles
 from appliance.episodes.scheduler import Scheduler
 from appliance.run.interrupts import StopRequest
 from appliance.run_config import RunConfig
+from appliance.scenario_spec import family_of
 from appliance.scenarios.base import Instance, ScenarioFamily
-from appliance.scenarios.spec import family_of
 from appliance.store import EpisodeRecord
 from appliance.store.records import CalibrationRecord
 

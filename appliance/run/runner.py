@@ -33,9 +33,9 @@ from appliance.run.interrupts import RunInterrupted, StopRequest
 from appliance.run.playing import Cluster, EpisodePlayer, LocalPlayers, PlannedEpisode, Players
 from appliance.run_config import RunConfig
 from appliance.sandbox.isolation import kernel_isolation_problem
+from appliance.scenario_spec import family_of
 from appliance.scenarios import load_run_family
 from appliance.scenarios.base import Family, Instance, JudgedFamily, ScenarioFamily
-from appliance.scenarios.spec import family_of
 from appliance.sharding import ShardDeal
 from appliance.store import EpisodeRecord, ModelRecord, RunRecord, Store
 from appliance.store.labels import get_calibration

@@ -26,8 +26,8 @@ from appliance.headline import Headline
 from appliance.judging.evidence import FigureEvidence, figure_evidence
 from appliance.paths import judges_dir, scenarios_dir
 from appliance.run_config import RunConfig
+from appliance.scenario_spec import ScenarioSpec, family_of
 from appliance.scenarios.base import Family
-from appliance.scenarios.spec import ScenarioSpec, family_of
 from appliance.store import Store
 from appliance.store.run_view import RunView
 from appliance.util.plugins import Registry, import_submodules

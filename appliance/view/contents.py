@@ -22,8 +22,8 @@ from appliance.compare.gate import Thresholds, compare_runs, player_pairs, share
 from appliance.compare.sweep import SweepResult, run_sweep_results
 from appliance.errors import ApplianceError
 from appliance.headline import Estimate, Headline, Unit, estimate
+from appliance.scenario_spec import family_of
 from appliance.scenarios.registry import build_scenario_report, family_entry, scenario_evidence
-from appliance.scenarios.spec import family_of
 from appliance.store import Store
 from appliance.store.export import TABLES
 from appliance.store.labels import calibration_rows

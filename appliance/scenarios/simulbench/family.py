@@ -20,6 +20,7 @@ from appliance.judging.templates import (
     YesNoTemplate,
     load_judge_template,
 )
+from appliance.scenario_spec import family_of
 from appliance.scenarios.base import ScenarioFamily, StagedFamily
 from appliance.scenarios.simulbench.report import PERFECT_DECIDED_BY, PERFECT_SCRIPTS, perfect_scripts_of_run
 from appliance.scenarios.simulbench.scripts import SCRIPT_SET_FORMAT, ScriptSet, TestScript, read_published_scripts
@@ -39,7 +40,6 @@ from appliance.scenarios.simulbench.tasks import (
     read_published_tasks,
 )
 from appliance.scenarios.simulbench.user_agent import SimulBenchSettings
-from appliance.scenarios.spec import family_of
 from appliance.store import Store
 from appliance.store.instance_sets import load_instance_set
 from appliance.store.run_view import RunView

@@ -25,8 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from appliance.engine.backend import did_not_fit
+from appliance.scenario_spec import family_of
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
-from appliance.scenarios.spec import family_of
 from appliance.store.run_view import RunView, StoredEpisode
 from appliance.util.stats import cluster_bootstrap_interval
 
