@@ -20,6 +20,16 @@ SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Each worker's cores first (`_keep_to_own_cores`), then llama.cpp before any test module imports
+    the store and with it duckdb: a CUDA build cannot load a model in a process that loaded duckdb first
+    (`appliance/engine/load_order.py`)."""
+    _keep_to_own_cores()
+    from appliance.engine.load_order import load_llama_first
+
+    load_llama_first()
+
+
+def _keep_to_own_cores() -> None:
     """`make test` runs one pytest-xdist worker per core; each worker keeps to its own cores. llama.cpp
     (`default_threads`), torch's OpenMP and vLLM size their thread pools by the cores a process may use,
     and two spinning pools on one core stall each other. The CLI subprocesses a test starts inherit it."""

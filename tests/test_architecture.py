@@ -1,4 +1,5 @@
-"""The shape of the code: families, games and backends register themselves; no SQL in families; no cycles."""
+"""The shape of the code: families and games register themselves, backends are declared; no SQL in families;
+no cycles, not even between wings."""
 
 from __future__ import annotations
 

@@ -539,7 +539,7 @@ def test_a_likelihood_panel_reads_a_pair_and_a_pairwise_calibration_decides_it_w
     outcome from the features, a tie inside its band."""
     from datetime import datetime
 
-    from appliance.calibration.apply import calibrated_scores
+    from appliance.calibration.apply import calibrated_scores, calibration_key
     from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, RidgeModel
     from appliance.judging.scoring_templates import POSITION_LEAN, PREFERENCE
     from appliance.scenarios.simulbench.stages import PAIR_LIKELIHOOD_TEMPLATE, CompareStage
@@ -594,13 +594,47 @@ def test_a_likelihood_panel_reads_a_pair_and_a_pairwise_calibration_decides_it_w
             for name, value in ((PREFERENCE, preference), (POSITION_LEAN, 0.0))
         ]
         raw = read_pair_scores({"a": {PREFERENCE: preference}}, panel="p", player="x--y")
-        (scored,) = [
-            s for s in calibrated_scores(stage, raw, judgments, {stage.name: record}) if s.metric == "pair_outcome"
-        ]
+        applied = calibrated_scores(stage, raw, judgments, {calibration_key(stage, "pair_outcome"): record})
+        (scored,) = [s for s in applied if s.metric == "pair_outcome"]
         assert scored.calibration_id == "cal-pairs"
         return scored.calibrated_value
 
     stage.name = "simulbench"
+    assert calibration_key(stage, "pair_outcome") == "simulbench:pair_outcome"  # apart from its ratings'
     assert decided(0.5) == 1.0  # 0.4 > 0.1
     assert decided(-0.5) == -1.0
     assert decided(0.1) == 0.0  # 0.08 is inside the band, though the raw sign says the first wins
+
+
+def test_rescoring_under_the_default_panel_decides_the_comparisons_by_its_pairwise_calibration(
+    tmp_path: Path,
+) -> None:
+    """Every SimulBench stage is named `simulbench`: rescoring keeps each stage (not one per name), and the
+    comparisons' pairwise calibration is keyed apart from the ratings', so `appliance score` applies the
+    shipped PandaLM calibration to the comparisons and to nothing else."""
+    from appliance.catalog.panels import get_panel
+    from tests.fakes import seed_echo
+    from tests.golden_runs import scripted_run
+
+    db = tmp_path / "sb.duckdb"
+    scripted_run(db, "simulbench")
+    panel = get_panel(REPO / "judges" / "panels.toml", "default")
+    catalog = load_catalog(REPO / "models.toml")
+    with Store.open(db) as store:
+        (run_id,) = [row[0] for row in store.query("SELECT run_id FROM runs", [])]
+        rescored = rescore_run(store, catalog, run_id, panel, backend_factory=scripted_factory(seed_echo))
+        rows = store.query(
+            "SELECT split_part(e.instance_id, '/', 1), s.metric, count(*), count(s.calibration_id) FROM scores s "
+            "JOIN episodes e USING (episode_id) WHERE s.panel = 'default' AND s.metric IN ('rating', 'pair_outcome') "
+            "GROUP BY ALL ORDER BY ALL",
+            [],
+        )
+        decided = RunView(store, run_id, "simulbench")
+        from appliance.scenarios.simulbench.report import pairs_decided_by
+
+        title = pairs_decided_by(decided, "default")
+    assert "simulbench:pair_outcome" in rescored.calibrations
+    (compared, rated) = rows
+    assert compared[:2] == ("compare", "pair_outcome") and compared[2] == compared[3] > 0
+    assert rated[:2] == ("evaluate", "rating") and rated[3] == 0
+    assert title.startswith("the panel's preference calibrated on pandalm")

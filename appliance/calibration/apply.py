@@ -58,8 +58,10 @@ def calibrated_metrics(stage: JudgedFamily, panel: Panel) -> dict[str, tuple[str
 
 def calibration_key(stage: ScenarioFamily, metric: str) -> str:
     """Where a run's config names the calibration of a stage's metric: the stage's name for its main
-    calibrated metric (as every stored run does), `stage:metric` for another criterion."""
-    main = stage.calibrated_metric if isinstance(stage, JudgedFamily) else None
+    calibrated rating (as every stored run does), `stage:metric` for another criterion and for a pair's
+    outcome (SimulBench's stages share one name: its ratings and its comparisons must not)."""
+    rated = isinstance(stage, JudgedFamily) and stage.calibrated_kind == "rating"
+    main = stage.calibrated_metric if isinstance(stage, JudgedFamily) and rated else None
     return stage.name if metric == main else f"{stage.name}:{metric}"
 
 

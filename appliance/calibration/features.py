@@ -352,10 +352,8 @@ def fit_pair_feature_calibration(
         columns = {judge: own for judge, own in columns.items() if own}
         if columns:
             fitted.append((name, *_fit_pair_features(columns, human, seed=seed)))
-    if not fitted:
-        return PairFeatureCalibration(
-            fit_ridge_panel(by_judge, human, (-1.0, 1.0), seed=seed, through_origin=True), 0.0
-        )
+    if not fitted:  # no judge has a feature a pair regression may use: nothing is predicted
+        return PairFeatureCalibration(FeatureCalibration({}, {}, (-1.0, 1.0)), 0.0)
     name, features, band, _ = max(fitted, key=lambda candidate: candidate[3])
     return PairFeatureCalibration(features, band, name, {n: agreement for n, _, _, agreement in fitted})
 

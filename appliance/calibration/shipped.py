@@ -94,7 +94,7 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     weights = record.model.get("weights", {})
-    metrics = _PAIR_METRICS if pairs else _METRICS
+    metrics = (_PAIR_METRICS if record.model.get("kind") == "pairwise" else _PAIR_METRICS[:2]) if pairs else _METRICS
     lines = [
         f"# Calibration {record.calibration_id}",
         "",
@@ -110,9 +110,14 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
             else f"Panel weights (cross-fitted): {', '.join(f'{j} {w:.2f}' for j, w in weights.items())}."
         ),
         "",
-        "Held-out agreement with the human mean (pairs: the majority), 95% bootstrap intervals (items sharing a "
-        "context resampled together). `spearman_like_for_like`: against the mean of all annotators but one, "
-        "averaged over the one left out, which is how `human_ceiling` compares an annotator with the others.",
+        (
+            "Held-out agreement with the human majority (+1, tie 0, -1), 95% bootstrap intervals (items sharing "
+            "a context resampled together). `human_ceiling`: each annotator against the majority of the others."
+            if pairs
+            else "Held-out agreement with the human mean, 95% bootstrap intervals (items sharing a context "
+            "resampled together). `spearman_like_for_like`: against the mean of all annotators but one, averaged "
+            "over the one left out, which is how `human_ceiling` compares an annotator with the others."
+        ),
         "",
         "| row | n | " + " | ".join(metrics) + " |",
         "|---|---:|" + "---:|" * len(metrics),

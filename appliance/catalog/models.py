@@ -54,7 +54,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    #: a backend registered by a module `appliance/engine/<name>_backend.py`
+    #: a backend declared in `appliance/catalog/backends.py` (or by a lab's own module)
     backend: str = "llama_cpp"
     path: str | None = Field(default=None, description="GGUF file or HF folder")
     package: str | None = Field(default=None, description="importable package carrying the file")

@@ -1,4 +1,4 @@
-"""Opening the right backend for a catalog entry: the backend registered under its name.
+"""Opening the right backend for a catalog entry: the opener its backend's declaration names.
 
 Adapter entries whose backend hosts adapters (transformers, vllm) do not get a backend each: the
 entries of one base share one backend opened for the base with all of them (`adapter_hosts`), and

@@ -93,7 +93,8 @@ def rescore_run(
     episodes = _stored_episodes(store, run_id, config)
     if not episodes:
         raise ApplianceError(f"{store.path}: run '{run_id}' has no finished episodes to score")
-    calibrations = pick_calibrations(store, panel, list({e.family.name: e.family for e in episodes}.values()))
+    # every stage of a staged family shares its name: one entry per stage, not per name
+    calibrations = pick_calibrations(store, panel, list({id(e.family): e.family for e in episodes}.values()))
     done = 0
 
     async def judge(episode: _StoredEpisode, scheduler: Scheduler) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from appliance.engine.backend import did_not_fit
+from appliance.judging.scoring_templates import PREFERENCE
 from appliance.scenario_spec import family_of
 from appliance.scenarios.simulbench.scripts import HARD_KINDS, SCRIPT_KINDS
 from appliance.store.run_view import RunView, StoredEpisode
@@ -121,13 +122,19 @@ class SimulBenchReport(BaseModel):
 
 #: an episode of a stage with its score of one metric (None where it has none)
 RatedEpisode = tuple[StoredEpisode, float | None]
+#: the metrics whose calibrated value the tables show in place of the raw one
+CALIBRATED_IN_TABLES = frozenset({"pair_outcome"})
 
 
 def _rated(run: RunView, stage: str, metric: str, panel: str) -> list[RatedEpisode]:
-    """Each episode of a stage with its value of `metric`: the calibrated one where a calibration mapped
-    it (a comparison decided by a pairwise calibration's preference and tie band), else the raw one."""
+    """Each episode of a stage with its value of `metric`: for a comparison's outcome the calibrated one
+    where a pairwise calibration decided it, else the raw one (ratings stay on the judges' 1-10 scale,
+    which the perfect scripts are read on)."""
     scores = run.scores(panels=[panel], metrics=[metric], finished_only=False)
-    values = {s.episode_id: s.value if s.calibrated_value is None else s.calibrated_value for s in scores}
+    calibrated = metric in CALIBRATED_IN_TABLES
+    values = {
+        s.episode_id: s.calibrated_value if calibrated and s.calibrated_value is not None else s.value for s in scores
+    }
     return [(e, values.get(e.episode_id)) for e in run.episodes(instance_prefix=f"{stage}/")]
 
 
@@ -289,16 +296,17 @@ def _task_rows(
 
 
 def pairs_decided_by(run: RunView, panel: str) -> str:
-    """In words, what decided this run's comparisons (the pairwise table's title says it)."""
+    """In words, what decided this run's comparisons under `panel` (the pairwise table's title says it):
+    read from that panel's own scores and verdicts, so a run judged again by another panel says its own."""
     scores = run.scores(panels=[panel], metrics=["pair_outcome"], finished_only=True)
     ids = sorted({s.calibration_id for s in scores if s.calibration_id is not None})
     if ids:
         record = run.calibration(ids[-1])
         band = record.model.get("tie_band")
-        tie = f", a tie within {band:g} of 0" if isinstance(band, int | float) else ""
+        tie = f", a tie within {band:g} of 0" if isinstance(band, int | float) and band > 0 else ""
         return f"the panel's preference calibrated on {record.label_set} ({record.calibration_id}{tie})"
-    episodes = run.episodes(finished_only=True, instance_prefix="compare/")
-    if any(str(e.metadata.get("judging", "")).startswith("likelihood") for e in episodes):
+    read = [v for v in run.verdicts(mode="likelihood") if v.panel == panel and v.criterion == PREFERENCE]
+    if read:
         return "the panel's direct preference, uncalibrated (a tie only at exactly 0)"
     return "sampled verdicts in both orders; a win needs both"
 

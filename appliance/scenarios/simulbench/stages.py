@@ -24,6 +24,7 @@ from appliance.catalog.sampling import Sampling
 from appliance.engine.types import Message
 from appliance.episodes.client import EpisodeFailed
 from appliance.episodes.context import EpisodeContext, pair_label
+from appliance.judging.fitting import first_that_fits
 from appliance.judging.scoring import pair_reading
 from appliance.judging.scoring_templates import PREFERENCE, LikelihoodTemplate
 from appliance.judging.templates import PairwiseTemplate, RatingTemplate, YesNoTemplate
@@ -461,18 +462,14 @@ class CompareStage(_Stage, JudgedFamily):
         self, ctx: EpisodeContext, shown: list[dict[str, str]], judge: str, panel: str, target: int
     ) -> dict[str, float] | None:
         """One judge's features of the pair, with the fewest earlier turns dropped that fit its context;
-        one judgment row per feature (None and unparsed rows when not even the last request fits)."""
-        features: dict[str, float] | None = None
-        raw = ""
-        for variables in shown:
-            try:
-                features = await pair_reading(ctx.client, self.reading, variables, judge, f"pair-{judge}")
-                break
-            except EpisodeFailed as error:  # too long for this judge: try with fewer earlier turns
-                raw = f"judge context overflow: {error}"
-        finite = None if features is None else {k: v for k, v in features.items() if math.isfinite(v)}
+        one judgment row per feature (None, and one unparsed row, when not even the last request fits)."""
+
+        async def read(variables: dict[str, str]) -> dict[str, float]:
+            return await pair_reading(ctx.client, self.reading, variables, judge, f"pair-{judge}")
+
+        features, failure = await first_that_fits(read, shown[0], shown[1:])
+        finite = {k: v for k, v in (features or {}).items() if math.isfinite(v)} or None
         for name in sorted(finite or {PREFERENCE: math.nan}):
-            value = None if finite is None else finite[name]
             ctx.judgments.append(
                 JudgmentRecord(
                     panel=panel,
@@ -481,8 +478,8 @@ class CompareStage(_Stage, JudgedFamily):
                     template=self.reading.name,
                     target_idx=target,
                     criterion=name,
-                    score=value,
-                    raw_text=raw if finite is None else json.dumps(finite),
+                    score=None if finite is None else finite[name],
+                    raw_text=json.dumps(finite) if finite is not None else failure or "no finite feature",
                     parsed=finite is not None,
                 )
             )
