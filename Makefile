@@ -152,6 +152,7 @@ lint: install
 # stored, so a second criterion of the same set and template costs a minute; reading FED turn level
 # once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25, FED
 # dialogue level 14 and DSTC9's 300 about 35 (with their curves).
+# PandaLM's seeded 300 pairs (instruction_likelihood, 14 reads a pair) take about 45 minutes.
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
 SHIP := --panel default --ship --db $(CALDB)
@@ -170,6 +171,8 @@ calibrations: install
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Relevant --template turn_likelihood $(SHIP)
 	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_likelihood $(SHIP)
+	$(BIN)/appliance labels import $(LABELS)/pandalm/testset-v1.json --format pandalm --db $(CALDB)
+	$(BIN)/appliance calibrate --labels pandalm --limit 300 $(SHIP)
 
 # The large panel's shipped calibrations (the 1.5B beside the embedded judges; docs/judging.md): the
 # four sets of the default panel with their curves, about 2 hours each for FED turns and USR on 2 cores
