@@ -60,9 +60,9 @@ def calibration_key(stage: ScenarioFamily, metric: str) -> str:
     """Where a run's config names the calibration of a stage's metric: the stage's name for its main
     calibrated rating (as every stored run does), `stage:metric` for another criterion and for a pair's
     outcome (SimulBench's stages share one name: its ratings and its comparisons must not)."""
-    rated = isinstance(stage, JudgedFamily) and stage.calibrated_kind == "rating"
-    main = stage.calibrated_metric if isinstance(stage, JudgedFamily) and rated else None
-    return stage.name if metric == main else f"{stage.name}:{metric}"
+    if isinstance(stage, JudgedFamily) and stage.calibrated_kind == "rating" and metric == stage.calibrated_metric:
+        return stage.name
+    return f"{stage.name}:{metric}"
 
 
 def pick_calibrations(

@@ -22,7 +22,7 @@ from appliance.episodes.pool import ModelPool
 from appliance.episodes.roles import BackendFactory, bind_role
 from appliance.episodes.scheduler import Scheduler
 from appliance.judging.scoring import pair_reading, scoring_features
-from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate, pair_features
+from appliance.judging.scoring_templates import ExpectedScoreTemplate, LikelihoodTemplate
 from appliance.judging.templates import JudgeTemplate, PairwiseTemplate, RatingTemplate
 from appliance.judging.verdicts import in_order, judge_replies
 from appliance.labels.model import LabelItem, LabelSet
@@ -151,16 +151,8 @@ async def _feature_verdict(
 ) -> LabelVerdict:
     """One judge's features of an item (a pair: the first response's minus the second's)."""
     try:
-        if "response_a" in variables and isinstance(template, LikelihoodTemplate):
+        if "response_a" in variables:
             features = await pair_reading(client, template, variables, judge, judge)
-        elif "response_a" in variables:  # an expected-score template reads each response alone
-            first, second = await asyncio.gather(
-                *(
-                    scoring_features(client, template, {**variables, "response": variables[k]}, judge, f"{judge}-{k}")
-                    for k in ("response_a", "response_b")
-                )
-            )
-            features = pair_features(first, second)
         else:
             features = await scoring_features(client, template, variables, judge, judge)
     except EpisodeFailed as error:  # the item does not fit this judge's context: no features

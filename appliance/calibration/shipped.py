@@ -14,9 +14,15 @@ from typing import Any
 from appliance.store.records import CalibrationRecord
 
 SHIPPED_FOLDER = "calibrations"
-_METRICS = ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
-#: what a pairwise calibration's rows measure (agreement with the human majority: +1, 0, -1)
-_PAIR_METRICS = ("kappa", "agreement", "position_bias")
+#: the held-out metrics a calibration's rows show, by its kind: ratings against the human mean; pairs
+#: against the human majority (+1, 0, -1), with the position bias only sampled verdicts in both orders have
+RATING_METRICS = ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
+PAIR_METRICS = {"pairwise": ("kappa", "agreement", "position_bias"), "pair_features": ("kappa", "agreement")}
+
+
+def report_metrics(kind: str | None) -> tuple[str, ...]:
+    """The columns of a calibration report of this kind (`CalibrationRecord.model["kind"]`)."""
+    return PAIR_METRICS.get(kind or "", RATING_METRICS)
 
 
 def shipped_stem(record: CalibrationRecord) -> str:
@@ -83,7 +89,7 @@ def _cell(metric: Any) -> str:
 def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     """The held-out report as a Markdown table, with what was fitted and how it was measured."""
     rows: list[tuple[str, dict[str, Any]]] = []
-    pairs = record.model.get("kind") in ("pairwise", "pair_features")
+    pairs = record.model.get("kind") in PAIR_METRICS
     for judge, row in report["judges"].items():
         rows.append((f"{judge} ({'its calibrated preference' if pairs else 'summary feature alone'})", row))
         if "calibrated" in row:
@@ -94,7 +100,7 @@ def report_markdown(record: CalibrationRecord, report: dict[str, Any]) -> str:
     for judge, by_feature in report.get("features", {}).items():
         rows += [(f"{judge}: {name} alone", row) for name, row in by_feature.items()]
     weights = record.model.get("weights", {})
-    metrics = (_PAIR_METRICS if record.model.get("kind") == "pairwise" else _PAIR_METRICS[:2]) if pairs else _METRICS
+    metrics = report_metrics(record.model.get("kind"))
     lines = [
         f"# Calibration {record.calibration_id}",
         "",

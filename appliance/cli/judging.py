@@ -248,11 +248,9 @@ def _show_calibration(outcome: CalibrationOutcome, plot: Path | None, *, ship: b
 def print_calibration(report: dict[str, Any]) -> None:
     pairwise = report["kind"] == "pairwise"
     features = "features" in report
-    names = (
-        ("kappa", "agreement", "position_bias")
-        if pairwise
-        else ("spearman", "spearman_like_for_like", "kendall", "pearson", "krippendorff_alpha", "mae")
-    )
+    from appliance.calibration.shipped import report_metrics
+
+    names = report_metrics(report["model"].get("kind"))
     table = Table(
         title=(
             f"calibration {report['calibration_id']}: panel '{report['panel']}' on '{report['label_set']}' "

@@ -19,13 +19,11 @@ from collections.abc import Sequence
 READING_COMMANDS = frozenset({"report", "export", "compare", "view", "merge", "store", "labels", "scenarios", "import"})
 
 
-def load_llama_first() -> bool:
-    """Import llama_cpp now unless duckdb is loaded already (then it is too late, and nothing is gained)
-    or llama-cpp-python is not installed. Whether llama_cpp is loaded ahead of duckdb afterwards."""
+def load_llama_first() -> None:
+    """Import llama_cpp now, unless duckdb is loaded already (then it is too late, and nothing is gained)
+    or llama-cpp-python is not installed."""
     if "llama_cpp" not in sys.modules and "duckdb" not in sys.modules and importlib.util.find_spec("llama_cpp"):
         import llama_cpp  # noqa: F401  (loaded for its side effect: its libraries before duckdb's)
-    names = list(sys.modules)
-    return "llama_cpp" in names and ("duckdb" not in names or names.index("llama_cpp") < names.index("duckdb"))
 
 
 def load_llama_first_for(arguments: Sequence[str]) -> None:

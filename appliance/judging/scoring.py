@@ -126,7 +126,7 @@ async def comparison_features(
 
 
 async def pair_reading(
-    client: ModelClient, template: LikelihoodTemplate, variables: dict[str, str], judge: str, conversation: str
+    client: ModelClient, template: ScoringTemplate, variables: dict[str, str], judge: str, conversation: str
 ) -> dict[str, float]:
     """One judge's features of a pair (`response_a`, `response_b`): each response read on its own, the
     first's features minus the second's, and where the template has a comparison prompt, the direct
@@ -136,7 +136,7 @@ async def pair_reading(
         scoring_features(client, template, {**variables, "response": variables[key]}, judge, f"{conversation}-{key}")
         for key in ("response_a", "response_b")
     ]
-    if template.comparison_prompt:
+    if isinstance(template, LikelihoodTemplate) and template.comparison_prompt:
         reads.append(comparison_features(client, template, variables, judge, f"{conversation}-compare"))
     first, second, *comparison = await asyncio.gather(*reads)
     return pair_features(first, second) | (comparison[0] if comparison else {})

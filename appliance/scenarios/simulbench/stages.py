@@ -431,11 +431,9 @@ class CompareStage(_Stage, JudgedFamily):
         label = pair_label(ctx.model_for("player"), ctx.model_for("partner"))
         if ctx.likelihood_template is not None:
             ctx.metadata["judging"] = f"likelihood ({self.reading.name})"
-            shown = [
-                {"context": f"{v['instruction']}\n{v['input']}", "response_a": first.text.strip() or "(empty reply)"}
-                | {"response_b": second.text.strip() or "(empty reply)"}
-                for v in variants
-            ]
+            answers = {"response_a": first.text.strip() or "(empty reply)"}
+            answers["response_b"] = second.text.strip() or "(empty reply)"
+            shown = [{"context": f"{v['instruction']}\n{v['input']}", **answers} for v in variants]
             readings = await asyncio.gather(*(self._read_pair(ctx, shown, judge, panel, first.idx) for judge in judges))
             by_judge = dict(zip(judges, readings, strict=True))
             ctx.scores.extend(read_pair_scores(by_judge, panel=panel, player=label))
