@@ -67,6 +67,8 @@ class RunConfig(BaseModel):
     quick: bool = False
     #: per-family turn caps (the quick suite's); a family not named here uses `turns`
     turn_caps: dict[str, int] = Field(default_factory=dict)
+    #: per-family caps on a reply's tokens (the quick suite's); a family not named here keeps its own
+    reply_caps: dict[str, int] = Field(default_factory=dict)
     parallel: int = Field(default=8, ge=1)
     models_file: str
     greedy: bool = False

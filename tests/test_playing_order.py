@@ -11,11 +11,14 @@ import pytest
 
 from appliance.catalog.models import load_catalog
 from appliance.catalog.panels import get_panel
+from appliance.engine.types import GenerationRequest
 from appliance.episodes.pool import ModelPool
 from appliance.episodes.scheduler import Scheduler
+from appliance.run.planning import RunRequest, plan_run, quick_suite_note
 from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
 from appliance.scenarios import load_family
+from appliance.scenarios.registry import families as registered_families
 from appliance.store import EpisodeRecord, Store
 from tests.fakes import REPO, scripted_factory, seed_echo
 
@@ -84,3 +87,65 @@ def test_a_staged_family_goes_on_to_its_next_stage_while_another_family_waits(tm
     stages = [stage for scenario, stage in order if scenario == "simulbench"]
     assert list(dict.fromkeys(stages)) == ["collect", "extract", "evaluate", "compare"]
     assert [scenario for scenario, _ in order] == ["simulbench"] * len(stages) + ["pingpong"] * 2
+
+
+def _one_at_a_time(scenarios: list[str], catalog_path: Path, **extra: object) -> RunConfig:
+    catalog = load_catalog(catalog_path)
+    players = ["smollm2-135m", "gemma3-270m"]
+    return RunConfig(
+        scenarios=scenarios,
+        players=players,
+        interrogator=players[0],
+        simulator=players[0],
+        panel=get_panel(REPO / "judges" / "panels.toml", "smollm2"),
+        seed=5,
+        limit=1,
+        turns=2,
+        parallel=1,
+        models_file=str(catalog.source),
+        **extra,
+    )
+
+
+def test_the_longest_chain_starts_first_whatever_the_order_given(tmp_path: Path) -> None:
+    """PingPong is named first, yet SimulBench's first stage is played first: its three later stages wait
+    on it, and a staged family started last ends the run alone (make run's SimulBench was its tail)."""
+    config = _one_at_a_time(["pingpong", "simulbench"], REPO / "models.toml")
+    stored: list[EpisodeRecord] = []
+    with Store.open(tmp_path / "db.duckdb") as store:
+        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
+        Runner(load_catalog(REPO / "models.toml"), store, scripted_factory(seed_echo)).execute(
+            config, families, on_episode=stored.append
+        )
+    assert stored[0].scenario == "simulbench" and stored[0].instance_id.startswith("collect/")
+    assert {record.scenario for record in stored} == {"simulbench", "pingpong"}
+
+
+def test_a_reply_cap_bounds_every_request_of_its_family_and_no_other(tmp_path: Path) -> None:
+    """The quick suite's reply cap: SimulBench's simulator and players ask for 1024 tokens and are served
+    at most the cap; PingPong, which has no cap, asks for what it asks."""
+    asked: dict[str, list[int]] = {}
+
+    def recording(model: str, request: GenerationRequest) -> str:
+        family = str(request.conversation_key).split(":")[1]  # run:scenario:instance:player/role/model
+        asked.setdefault(family, []).append(request.sampling.max_tokens)
+        return seed_echo(model, request)
+
+    config = _one_at_a_time(["simulbench", "pingpong"], REPO / "models.toml", reply_caps={"simulbench": 48})
+    with Store.open(tmp_path / "db.duckdb") as store:
+        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
+        summary = Runner(load_catalog(REPO / "models.toml"), store, scripted_factory(recording)).execute(
+            config, families
+        )
+    assert summary.episodes_failed == 0
+    assert max(asked["simulbench"]) == 48 and min(asked["simulbench"]) <= 48
+    assert max(asked["pingpong"]) > 48
+
+
+def test_the_quick_suite_caps_simulbench_replies_and_says_so() -> None:
+    catalog = load_catalog(REPO / "models.toml")
+    config = plan_run(RunRequest(), catalog, registered_families())
+    assert config.quick and config.reply_caps == {"simulbench": 256}
+    assert "replies capped: simulbench 256 tokens" in quick_suite_note(config, registered_families())
+    named = plan_run(RunRequest(scenarios=["simulbench"]), catalog, registered_families())
+    assert named.reply_caps == {}

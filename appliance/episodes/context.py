@@ -87,6 +87,8 @@ class EpisodeContext:
     force_greedy: bool = False
     #: a cap on conversation turns that families with turn counts respect
     max_turns: int | None = None
+    #: a cap on every reply's tokens, below the method's own (the quick suite's)
+    max_reply_tokens: int | None = None
     #: what request seeds derive from besides the run seed: the episode's identity without the run id
     #: (family, instance, pairing), so two runs with the same seed sample the same (default: episode_id)
     seed_key: str = ""
@@ -107,7 +109,13 @@ class EpisodeContext:
 
     def __post_init__(self) -> None:
         self.client = ModelClient(
-            self.episode_id, self.seed, self.scheduler, self.roles, self.force_greedy, self.seed_key
+            self.episode_id,
+            self.seed,
+            self.scheduler,
+            self.roles,
+            self.force_greedy,
+            self.seed_key,
+            max_reply_tokens=self.max_reply_tokens,
         )
 
     def model_for(self, role: str) -> str:

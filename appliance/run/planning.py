@@ -68,6 +68,11 @@ def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEnt
         if quick and request.turns is None
         else {}
     )
+    reply_caps = (
+        {entry.name: entry.quick_reply_tokens for entry in families if entry.quick_reply_tokens is not None}
+        if quick
+        else {}
+    )
     config = RunConfig(
         scenarios=request.scenarios or [entry.name for entry in families],
         players=players,
@@ -78,6 +83,7 @@ def plan_run(request: RunRequest, catalog: Catalog, families: Sequence[FamilyEnt
         limits=limits,
         quick=quick,
         turn_caps=turn_caps,
+        reply_caps=reply_caps,
         parallel=request.parallel,
         models_file=str(catalog.source),
         cross_play=request.cross_play,
@@ -131,7 +137,8 @@ def quick_suite_note(config: RunConfig, families: Sequence[FamilyEntry[Any]]) ->
     units = {entry.name: entry.limit_unit for entry in families}
     shown = ", ".join(f"{name} {count} {units.get(name, 'instances')}" for name, count in config.limits.items())
     capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
+    replies = "".join(f"; replies capped: {name} {count} tokens" for name, count in config.reply_caps.items())
     return (
-        f"Quick suite, shortened: {shown}; turns (rounds) capped: {capped}. "
+        f"Quick suite, shortened: {shown}; turns (rounds) capped: {capped}{replies}. "
         "Name --scenario, --limit, --turns or --all for the methods' own sizes."
     )

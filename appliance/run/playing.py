@@ -60,6 +60,11 @@ def turns_for(config: RunConfig, family: ScenarioFamily) -> int | None:
     return config.turn_caps.get(family_of(family.name), config.turns)
 
 
+def reply_cap_for(config: RunConfig, family: ScenarioFamily) -> int | None:
+    """The family's quick-suite cap on a reply's tokens, where the run has one."""
+    return config.reply_caps.get(family_of(family.name))
+
+
 @dataclass
 class EpisodePlayer:
     """Plays planned episodes of one run; `play` is the work a model pool runs for each."""
@@ -91,6 +96,7 @@ class EpisodePlayer:
             force_greedy=config.greedy,
             unsafe_code_execution=config.unsafe_code_execution,
             max_turns=turns_for(config, planned.family),
+            max_reply_tokens=reply_cap_for(config, planned.family),
             seed_key=planned.key.seed_key,
         )
         started_at = datetime.now(UTC).replace(tzinfo=None)

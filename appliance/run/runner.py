@@ -409,11 +409,17 @@ class _StagesInFlight:
 
     def start(self, first_plan: list[PlannedEpisode]) -> list[PlannedEpisode]:
         """The first stages' episodes still to play, and those of any later stage that has nothing to
-        wait for (a resumed run whose first stages are stored)."""
-        todo = self._admit(first_plan)
+        wait for (a resumed run whose first stages are stored). The longest chains start first: their
+        later stages wait on them, so a staged family left behind the one-stage families would end
+        the run alone."""
+        todo = sorted(self._admit(first_plan), key=self._stages_left, reverse=True)
         for episode in todo:
             self.waiting_for[self.place[id(episode.family)][0]] += 1
         return todo + [episode for number in range(len(self.chains)) for episode in self._after(number, 0)]
+
+    def _stages_left(self, episode: PlannedEpisode) -> int:
+        number, index = self.place[id(episode.family)]
+        return len(self.chains[number]) - index
 
     def played(self, planned: PlannedEpisode, record: EpisodeRecord | None) -> list[PlannedEpisode]:
         """Store the episode; the last of its stage opens its family's next stage (what it returns)."""

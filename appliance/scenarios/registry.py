@@ -120,6 +120,8 @@ class FamilyEntry(Generic[ReportT]):
     default_limit: int | None = None
     #: a cap on conversation turns (rounds) in the quick suite, where the family has turns
     quick_turns: int | None = None
+    #: a cap on every reply's tokens in the quick suite, where the method's own caps make it long
+    quick_reply_tokens: int | None = None
     importers: tuple[Importer, ...] = ()
     #: families whose instances are generated from a seed (clembench) store or write a fresh set
     generate: Callable[[GenerateRequest], list[str]] | None = None
