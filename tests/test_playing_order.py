@@ -11,8 +11,12 @@ import pytest
 
 from appliance.catalog.models import load_catalog
 from appliance.catalog.panels import get_panel
-from appliance.engine.types import GenerationRequest
+from appliance.catalog.sampling import Sampling
+from appliance.engine.llama_cpp_backend import LlamaCppBackend
+from appliance.engine.types import Completion, GenerationRequest, Message
+from appliance.episodes.context import EpisodeContext
 from appliance.episodes.pool import ModelPool
+from appliance.episodes.roles import bind_role
 from appliance.episodes.scheduler import Scheduler
 from appliance.run.planning import RunRequest, plan_run, quick_suite_note
 from appliance.run.runner import Runner
@@ -149,3 +153,25 @@ def test_the_quick_suite_caps_simulbench_replies_and_says_so() -> None:
     assert "replies capped: simulbench 256 tokens" in quick_suite_note(config, registered_families())
     named = plan_run(RunRequest(scenarios=["simulbench"]), catalog, registered_families())
     assert named.reply_caps == {}
+
+
+def test_a_reply_cap_stops_the_real_model_at_the_cap(smollm2: LlamaCppBackend) -> None:
+    """SmolLM2, greedy, asked for 64 tokens of a story it would go on with: served 6, cut by length."""
+    catalog = load_catalog(REPO / "models.toml")
+    ctx = EpisodeContext(
+        episode_id="cap",
+        seed=0,
+        scheduler=Scheduler({"smollm2-135m": smollm2}),
+        roles={"player": bind_role(catalog, "smollm2-135m", "player")},
+        max_reply_tokens=6,
+    )
+    ask = [Message(role="user", content="Tell me a long story about a lighthouse keeper.")]
+
+    async def reply() -> Completion:
+        task = asyncio.ensure_future(ctx.generate("player", ask, sampling=Sampling(temperature=0.0, max_tokens=64)))
+        await ctx.scheduler.drive(task)
+        return task.result()
+
+    completion = asyncio.run(reply())
+    assert (completion.completion_tokens, completion.finish_reason) == (6, "length")
+    assert ctx.messages[-1].completion_tokens == 6
