@@ -16,8 +16,10 @@ from appliance.catalog.models import load_catalog
 from appliance.catalog.panels import Panel
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest
+from appliance.errors import ApplianceError
 from appliance.run.runner import Runner
 from appliance.run_config import RunConfig
+from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily, clean_interrogator_message, episode_scores
 from appliance.scenarios.pingpong.render import print_leaderboard
 from appliance.scenarios.pingpong.report import build_leaderboard, length_factor
@@ -322,6 +324,44 @@ def test_resume_plays_only_the_missing_episodes(tmp_path: Path) -> None:
     assert store.query("SELECT count(*) FROM messages")[0][0] == complete
     assert store.query("SELECT status FROM runs")[0][0] == "finished"
     store.close()
+
+
+def test_resume_refuses_a_family_whose_files_changed_and_plays_on_once_they_are_restored(tmp_path: Path) -> None:
+    """A resumed episode must be the run's: a card edited since the run started is named in one line,
+    nothing is played or stored; with the file as it was, the run resumes to its end."""
+    folder = tmp_path / "cards"
+    shutil.copytree(REPO / "scenarios" / "pingpong", folder)
+    spec = f"pingpong:{folder}"
+    catalog = load_catalog(REPO / "models.toml")
+    factory = scripted_factory(lambda model, request: _responder(request))
+    config = RunConfig(
+        scenarios=[spec],
+        players=["smollm2-135m"],
+        interrogator="smollm2-135m",
+        panel=Panel(name="default", judges=["smollm2-135m"]),
+        seed=5,
+        limit=2,
+        models_file=str(catalog.source),
+    )
+    with Store.open(tmp_path / "db.duckdb") as store:
+        run_id = (
+            Runner(catalog, store, backend_factory=factory)
+            .execute(config, [load_family(spec, seed=5, store=store)])
+            .run_id
+        )
+        lost = store.query("SELECT episode_id FROM episodes ORDER BY episode_id LIMIT 1")[0][0]
+        forget_episode(store, run_id, lost)
+        store.finish_run(run_id, "interrupted", 0.0)
+        cards = folder / "cards.toml"
+        original = cards.read_text(encoding="utf-8")
+        cards.write_text(original + "\n# edited after the run started\n", encoding="utf-8")
+        with pytest.raises(ApplianceError, match=rf"--resume {run_id}: {re.escape(str(cards))} changed since"):
+            Runner(catalog, store, backend_factory=factory).resume(run_id)
+        assert store.query("SELECT status FROM runs")[0][0] == "interrupted"
+        assert store.query("SELECT count(*) FROM episodes")[0][0] == 1
+        cards.write_text(original, encoding="utf-8")
+        summary = Runner(catalog, store, backend_factory=factory).resume(run_id)
+        assert (summary.episodes_skipped, summary.episodes_finished) == (1, 1)
 
 
 def test_a_stored_calibration_of_the_panel_is_applied_when_a_run_starts(tmp_path: Path) -> None:

@@ -190,6 +190,18 @@ def file_hashes(catalog: Catalog, families: list[ScenarioFamily]) -> dict[str, s
     return {str(path): sha256_of(path, use_cache=False) for path in files if path.is_file()}
 
 
+def _edited_since(stored: dict[str, str], families: list[Family]) -> list[str]:
+    """The families' data files whose content differs from what the run read when it started (a file
+    the run did not read, or read under another path, is not compared)."""
+    stages = [stage for family in families for stage in family.stages()]
+    paths = {str(path): path for stage in stages for path in stage.data_files()}
+    return sorted(
+        name
+        for name, path in paths.items()
+        if name in stored and (not path.is_file() or sha256_of(path, use_cache=False) != stored[name])
+    )
+
+
 class Runner:
     """Plays a run's episodes through the scheduler and writes each to the store."""
 
@@ -307,6 +319,11 @@ class Runner:
                 "started; resume with the models file the run started with"
             )
         families = [load_run_family(spec, config, self.store) for spec in config.scenarios]
+        if edited := _edited_since(self.store.run_file_hashes(run_id), families):
+            raise ApplianceError(
+                f"--resume {run_id}: {', '.join(edited)} changed since the run started; the resumed episodes would "
+                "not be the run's (restore the files, or start a new run)"
+            )
         return self._play_run(run_id, config, families, True, on_episode, on_plan)
 
     def _play_run(

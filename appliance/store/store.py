@@ -516,6 +516,11 @@ class Store:
         )
         return [ModelRecord(**(row | {"parameters": json.loads(row["parameters"])})) for row in rows]
 
+    def run_file_hashes(self, run_id: str) -> dict[str, str]:
+        """The sha256 of each file the run read when it started (models file, families' data), by path."""
+        rows = self.query("SELECT file_hashes FROM runs WHERE run_id = ?", [run_id])
+        return {str(path): str(digest) for path, digest in json.loads(rows[0][0]).items()} if rows else {}
+
     def episode_players(self, run_id: str) -> list[str]:
         """Every player label of the run's episodes, sorted."""
         return [
