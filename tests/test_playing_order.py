@@ -149,8 +149,8 @@ def test_a_reply_cap_bounds_every_request_of_its_family_and_no_other(tmp_path: P
 def test_the_quick_suite_caps_simulbench_replies_and_says_so() -> None:
     catalog = load_catalog(REPO / "models.toml")
     config = plan_run(RunRequest(), catalog, registered_families())
-    assert config.quick and config.reply_caps == {"simulbench": 256}
-    assert "replies capped: simulbench 256 tokens" in quick_suite_note(config, registered_families())
+    assert config.quick and config.reply_caps == {"simulbench": 128}
+    assert "replies capped: simulbench 128 tokens" in quick_suite_note(config, registered_families())
     named = plan_run(RunRequest(scenarios=["simulbench"]), catalog, registered_families())
     assert named.reply_caps == {}
 
