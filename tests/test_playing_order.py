@@ -19,12 +19,12 @@ from appliance.episodes.pool import ModelPool
 from appliance.episodes.roles import bind_role
 from appliance.episodes.scheduler import Scheduler
 from appliance.run.planning import RunRequest, plan_run, quick_suite_note
-from appliance.run.runner import Runner
+from appliance.run.runner import Runner, RunSummary
 from appliance.run_config import RunConfig
 from appliance.scenarios import load_family
 from appliance.scenarios.registry import families as registered_families
 from appliance.store import EpisodeRecord, Store
-from tests.fakes import REPO, scripted_factory, seed_echo
+from tests.fakes import REPO, Reply, scripted_factory, seed_echo
 
 
 def test_opened_work_goes_before_work_not_yet_started_and_results_keep_their_order() -> None:
@@ -64,37 +64,8 @@ def test_work_that_raises_ends_the_play_and_starts_nothing_more() -> None:
     assert started == [0, 1]
 
 
-def test_a_staged_family_goes_on_to_its_next_stage_while_another_family_waits(tmp_path: Path) -> None:
-    """One episode at a time: SimulBench's later stages are played before PingPong's episodes, which
-    were planned beside its first stage (every family used to wait for all first stages to end)."""
-    catalog = load_catalog(REPO / "models.toml")
-    players = ["smollm2-135m", "gemma3-270m"]  # two, so that SimulBench compares
-    config = RunConfig(
-        scenarios=["simulbench", "pingpong"],
-        players=players,
-        interrogator=players[0],
-        simulator=players[0],
-        panel=get_panel(REPO / "judges" / "panels.toml", "smollm2"),
-        seed=5,
-        limit=1,
-        turns=2,
-        parallel=1,
-        models_file=str(catalog.source),
-    )
-    stored: list[EpisodeRecord] = []
-    with Store.open(tmp_path / "db.duckdb") as store:
-        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
-        runner = Runner(catalog, store, scripted_factory(seed_echo))
-        summary = runner.execute(config, families, on_episode=stored.append)
-    order = [(record.scenario, record.instance_id.split("/")[0]) for record in stored]
-    assert summary.episodes_failed == 0 and summary.episodes_total == len(stored)
-    stages = [stage for scenario, stage in order if scenario == "simulbench"]
-    assert list(dict.fromkeys(stages)) == ["collect", "extract", "evaluate", "compare"]
-    assert [scenario for scenario, _ in order] == ["simulbench"] * len(stages) + ["pingpong"] * 2
-
-
-def _one_at_a_time(scenarios: list[str], catalog_path: Path, **extra: object) -> RunConfig:
-    catalog = load_catalog(catalog_path)
+def _one_at_a_time(scenarios: list[str], **extra: object) -> RunConfig:
+    """A scripted run of two players (two, so that SimulBench compares), one episode at a time."""
     players = ["smollm2-135m", "gemma3-270m"]
     return RunConfig(
         scenarios=scenarios,
@@ -106,21 +77,36 @@ def _one_at_a_time(scenarios: list[str], catalog_path: Path, **extra: object) ->
         limit=1,
         turns=2,
         parallel=1,
-        models_file=str(catalog.source),
+        models_file=str(REPO / "models.toml"),
         **extra,
     )
+
+
+def _play(tmp_path: Path, config: RunConfig, reply: Reply = seed_echo) -> tuple[RunSummary, list[EpisodeRecord]]:
+    """The run's summary and its episodes in the order they were stored."""
+    stored: list[EpisodeRecord] = []
+    with Store.open(tmp_path / "db.duckdb") as store:
+        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
+        runner = Runner(load_catalog(REPO / "models.toml"), store, scripted_factory(reply))
+        summary = runner.execute(config, families, on_episode=stored.append)
+    return summary, stored
+
+
+def test_a_staged_family_goes_on_to_its_next_stage_while_another_family_waits(tmp_path: Path) -> None:
+    """One episode at a time: SimulBench's later stages are played before PingPong's episodes, which
+    were planned beside its first stage (every family used to wait for all first stages to end)."""
+    summary, stored = _play(tmp_path, _one_at_a_time(["simulbench", "pingpong"]))
+    order = [(record.scenario, record.instance_id.split("/")[0]) for record in stored]
+    assert summary.episodes_failed == 0 and summary.episodes_total == len(stored)
+    stages = [stage for scenario, stage in order if scenario == "simulbench"]
+    assert list(dict.fromkeys(stages)) == ["collect", "extract", "evaluate", "compare"]
+    assert [scenario for scenario, _ in order] == ["simulbench"] * len(stages) + ["pingpong"] * 2
 
 
 def test_the_longest_chain_starts_first_whatever_the_order_given(tmp_path: Path) -> None:
     """PingPong is named first, yet SimulBench's first stage is played first: its three later stages wait
     on it, and a staged family started last ends the run alone (make run's SimulBench was its tail)."""
-    config = _one_at_a_time(["pingpong", "simulbench"], REPO / "models.toml")
-    stored: list[EpisodeRecord] = []
-    with Store.open(tmp_path / "db.duckdb") as store:
-        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
-        Runner(load_catalog(REPO / "models.toml"), store, scripted_factory(seed_echo)).execute(
-            config, families, on_episode=stored.append
-        )
+    _, stored = _play(tmp_path, _one_at_a_time(["pingpong", "simulbench"]))
     assert stored[0].scenario == "simulbench" and stored[0].instance_id.startswith("collect/")
     assert {record.scenario for record in stored} == {"simulbench", "pingpong"}
 
@@ -135,12 +121,7 @@ def test_a_reply_cap_bounds_every_request_of_its_family_and_no_other(tmp_path: P
         asked.setdefault(family, []).append(request.sampling.max_tokens)
         return seed_echo(model, request)
 
-    config = _one_at_a_time(["simulbench", "pingpong"], REPO / "models.toml", reply_caps={"simulbench": 48})
-    with Store.open(tmp_path / "db.duckdb") as store:
-        families = [load_family(name, seed=5, store=store) for name in config.scenarios]
-        summary = Runner(load_catalog(REPO / "models.toml"), store, scripted_factory(recording)).execute(
-            config, families
-        )
+    summary, _ = _play(tmp_path, _one_at_a_time(["simulbench", "pingpong"], reply_caps={"simulbench": 48}), recording)
     assert summary.episodes_failed == 0
     assert max(asked["simulbench"]) == 48 and min(asked["simulbench"]) <= 48
     assert max(asked["pingpong"]) > 48
