@@ -17,6 +17,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from appliance.catalog.models import load_catalog
@@ -204,6 +205,13 @@ def test_the_cli_report_json_and_export_carry_the_evidence(tmp_path: Path) -> No
     page = tmp_path / "page.html"
     assert cli("view", "--out", str(page), "--db", str(db)).returncode == 0
     assert '"evidence": ["simulbench.rating (1-10, compared scripts): uncalibrated' in page.read_text()
+    # a run that has not reached its comparisons yet (running, or interrupted) claims no calibration for them
+    with duckdb.connect(str(db)) as connection:
+        connection.execute("DELETE FROM scores WHERE metric = 'pair_outcome'")
+    partial = cli("report", "--db", str(db))
+    assert partial.returncode == 0, partial.stderr
+    assert "simulbench.pairwise (pairwise points: win 1, tie 0.5, lose 0): not judged yet" in partial.stdout
+    assert "simulbench.rating (1-10, compared scripts): uncalibrated" in partial.stdout
 
 
 def test_compare_says_where_the_panel_did_not_separate_base_from_candidate(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ class FigureEvidence(BaseModel):
     judged_by: str
     #: the panel whose verdicts these are
     panel: str
-    #: "calibrated on LABELS / CRITERION (ID), held-out ..." or "uncalibrated"
+    #: "calibrated on LABELS / CRITERION (ID), held-out ...", "uncalibrated", or "not judged yet"
     calibration: str
     calibration_ids: list[str]
     separation: Separation
@@ -198,6 +198,10 @@ def _split_half(values: dict[str, list[tuple[str, float]]], seed: int) -> float 
     return fmean(agreements) if agreements else None
 
 
+#: a judged figure with no score stored: a running or interrupted run has not reached its judging yet
+NOT_JUDGED_YET = "not judged yet (no score of this figure is stored)"
+
+
 def calibration_sentence(run: RunView, ids: list[str]) -> str:
     """Which calibration mapped a figure's scores, with its held-out agreement, or "uncalibrated"."""
     if not ids:
@@ -235,7 +239,7 @@ def figure_evidence(run: RunView, panel: str | None, headline: Headline, family:
                 description=metric.description,
                 judged_by=metric.judged_by,
                 panel=panel_name,
-                calibration=calibration_sentence(run, ids),
+                calibration=calibration_sentence(run, ids) if scores else NOT_JUDGED_YET,
                 calibration_ids=ids,
                 separation=separation(units, metric),
             )
