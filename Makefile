@@ -143,15 +143,15 @@ lint: install
 	$(BIN)/mypy
 
 # Regenerate the default panel's shipped calibrations (judges/calibrations/default/) from the human
-# labels in ../shared. With turn_followups (the default panel's template): FED turn level Overall,
+# labels in ../shared. With turn_followups_8 (the default panel's template): FED turn level Overall,
 # Engaging and Fluent (what runs apply to PingPong's final, entertaining and fluent scores), FED
 # Relevant and USR Overall (held-out reports only), each with its learning curve; with
 # dialogue_followups, FED dialogue level Overall and a seeded 300 of DSTC9's interactive dialogues
 # (reports with curves; the FED one is what a DSTC9 transfer applies); with turn_likelihood (8
 # follow-ups, a baseline after the conversation alone), FED Overall and Relevant and USR Overall (reports only). Features are
-# stored, so a second criterion of the same set and template costs a minute; reading FED turn level
-# once per template takes about 30 minutes on 2 cores with nothing else running, USR about 25, FED
-# dialogue level 14 and DSTC9's 300 about 35 (with their curves).
+# stored, so a second criterion of the same set and template costs about 5 minutes with its curve;
+# reading FED turn level with turn_followups_8 takes about 30 minutes on 2 cores with nothing else
+# running, USR about 22, FED dialogue level 14 and DSTC9's 300 about 35 (with their curves).
 # PandaLM's seeded 300 pairs (instruction_likelihood, 14 reads a pair) take about 45 minutes.
 LABELS := ../shared/datasets/human_labels
 CALDB := out/calibrations.duckdb
@@ -163,9 +163,9 @@ calibrations: install
 	$(BIN)/appliance labels import $(LABELS)/usr_personachat/pc_usr_data.json --format usr --db $(CALDB)
 	$(BIN)/appliance labels import $(LABELS)/dstc9_interactive --format dstc9 --db $(CALDB)
 	for criterion in Overall Engaging Fluent Relevant; do \
-		$(BIN)/appliance calibrate --labels fed-turn --criterion $$criterion --template turn_followups $(CURVE) || exit 1; \
+		$(BIN)/appliance calibrate --labels fed-turn --criterion $$criterion --template turn_followups_8 $(CURVE) || exit 1; \
 	done
-	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups $(CURVE)
+	$(BIN)/appliance calibrate --labels usr-personachat --criterion Overall --template turn_followups_8 $(CURVE)
 	$(BIN)/appliance calibrate --labels fed-dialogue --criterion Overall --template dialogue_followups $(CURVE)
 	$(BIN)/appliance calibrate --labels dstc9-interactive --criterion "human (overall)" --limit 300 --template dialogue_followups $(CURVE)
 	$(BIN)/appliance calibrate --labels fed-turn --criterion Overall --template turn_likelihood $(SHIP)

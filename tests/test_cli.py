@@ -503,7 +503,7 @@ def test_the_default_panel_reads_probabilities_and_prints_calibrated_scores_that
     assert (calibration["label_set"], calibration["criterion"]) == ("fed-turn", "Overall")
     assert calibration["calibration_id"] in {
         json.loads(path.read_text())["calibration_id"]
-        for path in (REPO / "judges" / "calibrations" / "default").glob("turn_followups__fed-turn__Overall.json")
+        for path in (REPO / "judges" / "calibrations" / "default").glob("turn_followups_8__fed-turn__Overall.json")
     }
     with duckdb.connect(db, read_only=True) as con:
         modes = {row[0] for row in con.execute("SELECT DISTINCT mode FROM judgments").fetchall()}
@@ -530,7 +530,8 @@ def test_the_default_panel_reads_probabilities_and_prints_calibrated_scores_that
     assert row["in_character"] is None
     by_name = {name: (low, high) for name, low, high in features}
     assert by_name["logprob"][1] < 0.0 and by_name["tokens"][0] >= 1.0
-    assert by_name["positive_16"][1] < 0.0 and by_name["negative_16"][1] < 0.0  # every follow-up read alone too
+    assert by_name["positive_8"][1] < 0.0 and by_name["negative_8"][1] < 0.0  # every follow-up read alone too
+    assert "positive_9" not in by_name  # the default panel reads 8 + 8
     printed = cli("report", board["run_id"], "--db", db)
     assert "fed-turn" in printed.stdout and "Overall" in printed.stdout
     assert "'Engaging'" in printed.stdout and "'Fluent'" in printed.stdout and "Spearman" in printed.stdout

@@ -12,6 +12,7 @@ import pytest
 from appliance.engine.scripted import ScriptedBackend
 from appliance.engine.types import GenerationRequest, TokenScores
 from appliance.errors import ApplianceError
+from appliance.judging.scoring_templates import LikelihoodTemplate
 from appliance.judging.templates import (
     LikertTemplate,
     PairwiseTemplate,
@@ -51,11 +52,24 @@ def test_every_shipped_template_loads_with_its_mode() -> None:
         "simulbench_rating": "rating",
         "turn_likelihood": "likelihood",
         "turn_followups": "likelihood",
+        "turn_followups_8": "likelihood",
         "dialogue_likelihood": "likelihood",
         "dialogue_followups": "likelihood",
         "instruction_likelihood": "likelihood",
         "turn_expected": "expected",
     }
+
+
+def test_the_default_panels_follow_ups_are_the_ones_chosen_from_turn_followups() -> None:
+    """docs/judging.md reports turn_followups_8 as these 8 + 8 of turn_followups (chosen on FED's fitting
+    half); the same requests otherwise, so the two templates' features mean the same thing."""
+    full = load_judge_template(JUDGES / "turn_followups.toml")
+    half = load_judge_template(JUDGES / "turn_followups_8.toml")
+    assert isinstance(full, LikelihoodTemplate) and isinstance(half, LikelihoodTemplate)
+    assert half.positive == [full.positive[i - 1] for i in (2, 3, 5, 7, 8, 9, 15, 16)]
+    assert half.negative == [full.negative[i - 1] for i in (1, 2, 3, 5, 6, 10, 11, 13)]
+    fields = set(LikelihoodTemplate.model_fields) - {"name", "positive", "negative"}
+    assert {name: getattr(half, name) for name in fields} == {name: getattr(full, name) for name in fields}
 
 
 def test_conversation_template_scores_every_turn_after_a_bounded_reasoning() -> None:

@@ -76,8 +76,10 @@ def _judged_reply(model: str, request: GenerationRequest) -> str:
     return json.dumps(verdict)
 
 
-#: the default panel's follow-ups that welcome a reply (judges/turn_followups.toml)
-WELCOMING = {line.strip() for line in tomllib.loads((REPO / "judges" / "turn_followups.toml").read_text())["positive"]}
+#: the default panel's follow-ups that welcome a reply (judges/turn_followups_8.toml)
+WELCOMING = {
+    line.strip() for line in tomllib.loads((REPO / "judges" / "turn_followups_8.toml").read_text())["positive"]
+}
 
 
 def marked_scores(request: GenerationRequest) -> TokenScores:

@@ -728,7 +728,7 @@ def test_a_likelihood_panel_rates_label_sets_with_probability_templates_by_defau
         ("sampled", "dialogue"): "dialogue_rating",
         ("sampled", "pairwise"): "pairwise_preference",
     }
-    assert panels["default"].likelihood_template == "turn_followups"
+    assert panels["default"].likelihood_template == "turn_followups_8"
 
 
 def test_a_likelihood_panel_reads_yes_no_checks_and_preferences_by_probability() -> None:
@@ -817,12 +817,12 @@ def test_a_calibration_transfers_unrefitted_to_another_label_set(tmp_path: Path)
         with pytest.raises(ApplianceError, match="--curve and --transfer"):
             transfer(duo, source.calibration_id, curve=True)
         # A shipped calibration is found by its id too, and rated with its own template.
-        shipped = judges_dir_record("turn_followups__fed-turn__Overall.json")
+        shipped = judges_dir_record("turn_followups_8__fed-turn__Overall.json")
         default = Panel(name="default", judges=shipped.judges)
         found = transfer(default, shipped.calibration_id, limit=8)
         assert (found["calibration_id"], found["template"], found["items"]) == (
             shipped.calibration_id,
-            "turn_followups",
+            "turn_followups_8",
             8,
         )
         assert found["fitted_on"]["heldout_spearman"] == shipped.metrics["panel_calibrated"]["spearman"]

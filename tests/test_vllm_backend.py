@@ -210,11 +210,13 @@ def test_a_run_with_every_role_on_vllm_reads_the_panel_through_vllm_and_opens_no
         speakers = dict(con.execute("SELECT speaker, any_value(model) FROM messages GROUP BY speaker").fetchall())
         backends = dict(con.execute("SELECT name, backend FROM models").fetchall())
         read = con.execute("SELECT DISTINCT judge, mode FROM judgments").fetchall()
-        features = con.execute("SELECT count(DISTINCT criterion) FROM judgments WHERE mode = 'likelihood'").fetchone()
+        likelihood = "SELECT DISTINCT criterion FROM judgments WHERE mode = 'likelihood'"
+        features = {row[0] for row in con.execute(likelihood).fetchall()}
     assert speakers == {"interrogator": "smollm2-135m-vllm", "player": "smollm2-135m-vllm"}
     assert backends == {"smollm2-135m-vllm": "vllm"}
     assert read == [("smollm2-135m-vllm", "likelihood")]
-    assert features is not None and features[0] >= 32  # every follow-up read through vLLM's log-probabilities
+    # every follow-up of the panel's template (8 + 8) read through vLLM's log-probabilities
+    assert {f"{kind}_{i}" for kind in ("positive", "negative") for i in range(1, 9)} <= features
 
 
 def test_calibrate_with_a_vllm_judge(tmp_path: Path) -> None:

@@ -46,17 +46,16 @@ from appliance.bench.outputs import write_bench_files
 from appliance.bench.plain_driver import with_plain_arm
 from appliance.bench.prompts import bench_prompts
 from appliance.catalog.models import Catalog, ModelSpec
-from appliance.catalog.panels import Panel
+from appliance.catalog.panels import Panel, get_panel
 from appliance.engine.backend import Backend
 from appliance.engine.factory import open_backend
 from appliance.engine.types import GenerationRequest, ResolvedSampling
 from appliance.errors import ApplianceError
+from appliance.paths import judges_dir
 from appliance.run.runner import package_versions
 from appliance.scenarios import load_family
 from appliance.scenarios.pingpong.family import PingPongFamily
 
-#: the judge's template in the end-to-end workload: the default panel's (follow-ups read as probabilities)
-E2E_JUDGE_TEMPLATE = "turn_followups"
 #: memory bandwidth (bytes/s) of GPUs whose single-stream decode ceiling the report computes
 KNOWN_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12, "L40S": 8.64e11, "RTX 4090": 1.0e12}
 
@@ -209,7 +208,10 @@ def run_backend_bench(
 
 
 def _model_alone(spec: ModelSpec) -> Panel:
-    return Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=E2E_JUDGE_TEMPLATE)
+    """The benchmarked model as the only judge, reading the default panel's template (follow-ups read as
+    probabilities), so the end-to-end workload judges the way a default run does."""
+    template = get_panel(judges_dir() / "panels.toml", "default").likelihood_template
+    return Panel(name="bench", judges=[spec.name], judging="likelihood", likelihood_template=template)
 
 
 def _pingpong(

@@ -232,7 +232,7 @@ class LlamaCppBackend(BackendBase):
 
     def _extended_tokens(self, extended: ScoredText) -> tuple[int, list[int]]:
         """An extended request's prompt length and whole text in tokens, tokenised once for all the requests
-        that extend it (a reply's 32 follow-ups); the most recent EXTENDED_KEPT texts are kept."""
+        that extend it (a reply's follow-ups); the most recent EXTENDED_KEPT texts are kept."""
         found = self._extended.pop(extended, None)
         if found is None:
             prompt = self.model.tokenize(extended.prompt, parse_special=True)

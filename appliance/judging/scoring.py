@@ -62,7 +62,7 @@ async def scoring_features(
         return scores.mean, len(scores.token_logprobs)
 
     # The reply is scored first, and the follow-ups after it declare that they extend its text: the
-    # reply is then computed once, read by its own request and reused by all 32 follow-ups.
+    # reply is then computed once, read by its own request and reused by all its follow-ups.
     reply = text(template.prompt, template.continuation) if template.continuation else None
     followups = [" " + line.strip() for line in (*template.positive, *template.negative)]
     requests = [mean_logprob(reply, "c")] if reply is not None else []
