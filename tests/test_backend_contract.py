@@ -177,23 +177,8 @@ def scripted_reply(request: GenerationRequest) -> str:
     return " ".join(draw.choice(WORDS) for _ in range(40))
 
 
-def scripted_character_scores(request: GenerationRequest) -> TokenScores:
-    """Log-probabilities a character a token, as the strict scripted backend counts its tokens."""
-    assert request.scoring is not None
-    prompt = request.prompt or "".join(message.content for message in request.messages)
-
-    def logprob(context: str, token: str) -> float:
-        return -0.1 - (zlib.crc32(f"{context}|{token}".encode()) % 500) / 100.0
-
-    continuation = request.scoring.continuation
-    return TokenScores(
-        token_logprobs=tuple(logprob(prompt + continuation[:at], char) for at, char in enumerate(continuation)),
-        choice_logprobs=tuple(logprob(prompt + continuation, choice) for choice in request.scoring.choices),
-    )
-
-
 def _scripted_backend(name: str = "contract-scripted") -> ScriptedBackend:
-    return ScriptedBackend(name, scripted_reply, context_chars=CONTEXT, scorer=scripted_character_scores, strict=True)
+    return ScriptedBackend(name, scripted_reply, context_chars=CONTEXT, strict=True)
 
 
 def _scripted(smollm2_path: Path) -> Contestant:
@@ -611,12 +596,12 @@ def _seed_ignoring() -> ScriptedBackend:
         sampling = request.sampling.model_copy(update={"seed": 0})
         return scripted_reply(request.model_copy(update={"sampling": sampling}))
 
-    return ScriptedBackend("toy", respond, context_chars=CONTEXT, scorer=scripted_character_scores, strict=True)
+    return ScriptedBackend("toy", respond, context_chars=CONTEXT, strict=True)
 
 
 def _cap_ignoring() -> ScriptedBackend:
     """Returns the responder's reply whole, whatever the cap (the scripted backend's loose mode)."""
-    return ScriptedBackend("toy", scripted_reply, context_chars=CONTEXT, scorer=scripted_character_scores)
+    return ScriptedBackend("toy", scripted_reply, context_chars=CONTEXT)
 
 
 class _GrammarIgnoring(ScriptedBackend):
@@ -665,7 +650,7 @@ class _NeverClosing(ScriptedBackend):
 
 
 def _strict(kind: type[ScriptedBackend]) -> Callable[[], Backend]:
-    return lambda: kind("toy", scripted_reply, context_chars=CONTEXT, scorer=scripted_character_scores, strict=True)
+    return lambda: kind("toy", scripted_reply, context_chars=CONTEXT, strict=True)
 
 
 def _counted_check(backend: Backend) -> None:

@@ -8,7 +8,7 @@ import math
 import random
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from appliance.episodes.client import ModelClient, RoleBinding
 from appliance.episodes.context import EpisodeContext
 from appliance.episodes.scheduler import Scheduler
 from appliance.errors import ApplianceError
-from appliance.judging.scoring import comparison_features
+from appliance.judging.scoring import comparison_features, pair_reading
 from appliance.judging.scoring_templates import LikelihoodTemplate, expected_score, tail_lines
 from appliance.judging.templates import (
     PairwiseTemplate,
@@ -832,19 +832,33 @@ def judges_dir_record(name: str) -> CalibrationRecord:
     return CalibrationRecord.model_validate_json((REPO / "judges" / "calibrations" / "default" / name).read_text())
 
 
-def _compared(backend: Backend, variables: dict[str, str]) -> dict[str, float]:
-    """`comparison_features` of a pair, read by `backend`'s model through instruction_likelihood.toml."""
+#: a judge's read of a pair through a template
+PairRead = Callable[[ModelClient, LikelihoodTemplate], Awaitable[dict[str, float]]]
+
+
+def _read(backend: Backend, read: PairRead) -> dict[str, float]:
+    """What `read` gets from `backend`'s model as judge, through instruction_likelihood.toml."""
     template = load_judge_template(REPO / "judges" / "instruction_likelihood.toml")
     assert isinstance(template, LikelihoodTemplate) and template.comparison_prompt
     scheduler = Scheduler({backend.name: backend})
     client = ModelClient("pair", 0, scheduler, {f"judge:{backend.name}": RoleBinding(backend.name)})
 
     async def run() -> dict[str, float]:
-        work = asyncio.ensure_future(comparison_features(client, template, variables, backend.name, "c"))
+        work = asyncio.ensure_future(read(client, template))
         await scheduler.drive(work)
         return await work
 
     return asyncio.run(run())
+
+
+def _compared(backend: Backend, variables: dict[str, str]) -> dict[str, float]:
+    """`comparison_features` of a pair."""
+    return _read(backend, lambda client, template: comparison_features(client, template, variables, backend.name, "c"))
+
+
+def _pair_read(backend: Backend, variables: dict[str, str], needed: frozenset[str] | None) -> dict[str, float]:
+    """`pair_reading` of a pair for the features `needed` (None: every feature)."""
+    return _read(backend, lambda client, template: pair_reading(client, template, variables, backend.name, "p", needed))
 
 
 GOOD_FIRST = {"context": "Say something kind.", "response_a": "a good reply", "response_b": "a poor reply"}
@@ -893,3 +907,38 @@ def test_the_comparison_read_on_the_real_model(smollm2: LlamaCppBackend) -> None
     assert straight["preference"] == pytest.approx(-swapped["preference"], abs=1e-3)
     assert straight["position_lean"] == pytest.approx(swapped["position_lean"], abs=1e-3)
     assert straight["preference"] != 0.0
+
+
+def test_a_short_pair_read_gives_the_scripted_backends_full_numbers_too() -> None:
+    """The scripted backend scores a character a token, as it counts them: the golden runs' comparisons
+    read the short way hold the numbers a full read gives."""
+    backend = ScriptedBackend("j", lambda request: "unused")
+    full = _pair_read(backend, GOOD_FIRST, None)
+    short = _pair_read(backend, GOOD_FIRST, frozenset({"preference", "tokens"}))
+    assert short == {name: full[name] for name in short} and full["tokens"] == 0.0
+    longer = GOOD_FIRST | {"response_a": "a good and longer reply"}
+    counted = _pair_read(backend, longer, frozenset({"tokens"}))["tokens"]
+    difference = len(longer["response_a"]) - len(longer["response_b"])
+    assert counted == _pair_read(backend, longer, None)["tokens"] == difference
+
+
+@pytest.mark.real_model
+def test_a_pair_read_for_preference_and_length_alone_gives_the_full_reads_numbers(smollm2: LlamaCppBackend) -> None:
+    """A calibration on direct preference and length (the shipped default's) needs no response read on its
+    own: the comparison's two requests, and the length difference from the judge's tokenizer, give the
+    same numbers the full read gives, with a fraction of its requests."""
+    pair = {
+        "context": "Name the capital of France.",
+        "response_a": "The capital of France is Paris, a city on the Seine.",
+        "response_b": "Bananas.",
+    }
+    asked = smollm2.counters.requests
+    full = _pair_read(smollm2, pair, None)
+    full_requests, asked = smollm2.counters.requests - asked, smollm2.counters.requests
+    short = _pair_read(smollm2, pair, frozenset({"preference", "tokens"}))
+    short_requests = smollm2.counters.requests - asked
+    assert short_requests == 2 and full_requests > 2 * short_requests, (short_requests, full_requests)
+    assert set(short) == {"preference", "position_lean", "tokens"} and set(short) < set(full)
+    assert short["tokens"] == full["tokens"] > 0
+    assert short["preference"] == pytest.approx(full["preference"], abs=1e-3)
+    assert short["position_lean"] == pytest.approx(full["position_lean"], abs=1e-3)

@@ -539,7 +539,7 @@ def test_a_likelihood_panel_reads_a_pair_and_a_pairwise_calibration_decides_it_w
     outcome from the features, a tie inside its band."""
     from datetime import datetime
 
-    from appliance.calibration.apply import calibrated_scores, calibration_key
+    from appliance.calibration.apply import calibrated_features, calibrated_scores, calibration_key
     from appliance.calibration.features import FeatureCalibration, PairFeatureCalibration, RidgeModel
     from appliance.judging.scoring_templates import POSITION_LEAN, PREFERENCE
     from appliance.scenarios.simulbench.stages import PAIR_LIKELIHOOD_TEMPLATE, CompareStage
@@ -604,6 +604,10 @@ def test_a_likelihood_panel_reads_a_pair_and_a_pairwise_calibration_decides_it_w
     assert decided(0.5) == 1.0  # 0.4 > 0.1
     assert decided(-0.5) == -1.0
     assert decided(0.1) == 0.0  # 0.08 is inside the band, though the raw sign says the first wins
+    # what a run's judges read: the calibration's features; every feature where nothing calibrates the pair
+    applied = {calibration_key(stage, "pair_outcome"): record}
+    assert calibrated_features(stage, applied) == {"a": frozenset({PREFERENCE})}
+    assert calibrated_features(stage, {}) is None
 
 
 def test_rescoring_under_the_default_panel_decides_the_comparisons_by_its_pairwise_calibration(
@@ -633,7 +637,14 @@ def test_rescoring_under_the_default_panel_decides_the_comparisons_by_its_pairwi
         from appliance.scenarios.simulbench.report import pairs_decided_by
 
         title = pairs_decided_by(decided, "default")
+        read = store.query(
+            "SELECT DISTINCT j.criterion FROM judgments j JOIN episodes e USING (episode_id) "
+            "WHERE j.panel = 'default' AND e.instance_id LIKE 'compare/%' ORDER BY 1",
+            [],
+        )
     assert "simulbench:pair_outcome" in rescored.calibrations
+    # the shipped calibration reads direct preference and length: no response is read on its own
+    assert [row[0] for row in read] == ["position_lean", "preference", "tokens"]
     (compared, rated) = rows
     assert compared[:2] == ("compare", "pair_outcome") and compared[2] == compared[3] > 0
     assert rated[:2] == ("evaluate", "rating") and rated[3] == 0

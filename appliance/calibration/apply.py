@@ -154,6 +154,25 @@ def calibrated_scores(
     return scores
 
 
+def calibrated_features(
+    stage: ScenarioFamily, calibrations: Mapping[str, CalibrationRecord]
+) -> dict[str, frozenset[str]] | None:
+    """Per judge, the features the calibrations of every one of the stage's calibrated metrics read; None
+    where one of them has no feature calibration (then a judge reads every feature, for whatever maps it
+    later). A stage may read just these: what else it reads reaches no calibrated figure."""
+    if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
+        return None
+    needed: dict[str, set[str]] = {}
+    for metric in dict.fromkeys((stage.calibrated_metric, *stage.likelihood_targets)):
+        record = calibrations.get(calibration_key(stage, metric))
+        calibration = None if record is None else calibration_from_json(record.model)
+        if not isinstance(calibration, FeaturePanel | PairFeatureCalibration):
+            return None
+        for judge, names in calibration.features_by_judge().items():
+            needed.setdefault(judge, set()).update(names)
+    return {judge: frozenset(names) for judge, names in needed.items()}
+
+
 def judge_summaries(judgments: Sequence[JudgmentRecord], template: str) -> dict[int, dict[str, float]]:
     """Per target, each judge's summary score: the mean of its parsed criteria (refusal flag excluded)."""
     grouped: dict[tuple[int, str], list[float]] = {}

@@ -105,15 +105,18 @@ def _as_sampled(text: str, stops: tuple[str, ...], cap: int) -> tuple[str, Finis
 
 
 def scripted_scores(request: GenerationRequest) -> TokenScores:
-    """Log-probabilities that depend only on the text (a word is a token): stable, and not constant."""
+    """Log-probabilities that depend only on the text, a character a token (as `count_tokens` counts):
+    stable, and not constant."""
     assert request.scoring is not None
-    prompt = request.prompt or "".join(message.content for message in request.messages)
+    prompt = (request.prompt or "".join(message.content for message in request.messages)).encode()
+    head = zlib.crc32(prompt)
 
-    def logprob(text: str) -> float:
-        return -1.0 - (zlib.crc32(text.encode()) % 400) / 100.0
+    def logprob(after_prompt: str) -> float:
+        # the checksum of the prompt followed by `after_prompt`, the prompt hashed once
+        return -1.0 - (zlib.crc32(after_prompt.encode(), head) % 400) / 100.0
 
-    words = request.scoring.continuation.split()
+    continuation = request.scoring.continuation
     return TokenScores(
-        token_logprobs=tuple(logprob(f"{prompt}|{index}|{word}") for index, word in enumerate(words)),
-        choice_logprobs=tuple(logprob(f"{prompt}|{choice}") for choice in request.scoring.choices),
+        token_logprobs=tuple(logprob(f"|{index}|{char}") for index, char in enumerate(continuation)),
+        choice_logprobs=tuple(logprob(f"|{choice}") for choice in request.scoring.choices),
     )

@@ -77,9 +77,9 @@ class ModelClient:
         """`role`'s binding, or that of `model`'s seat where several models play the role."""
         return self.roles[f"{role}:{model}" if model is not None else role]
 
-    def count_tokens(self, role: str, text: str) -> int:
-        """`text`'s length in the tokens of the model bound to `role`."""
-        return self.scheduler.count_tokens(self.model_for(role), text)
+    def count_tokens(self, role: str, text: str, *, model: str | None = None) -> int:
+        """`text`'s length in the tokens of the model bound to `role` (or `model`)."""
+        return self.scheduler.count_tokens(self.binding(role, model).model, text)
 
     async def generate(
         self,

@@ -9,7 +9,7 @@ turns, and records every message and verdict for the store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -105,6 +105,9 @@ class EpisodeContext:
     unsafe_code_execution: bool = False
     #: a likelihood panel's template (judges/NAME.toml): its judges give features, not sampled verdicts
     likelihood_template: str | None = None
+    #: per judge, the only features its calibrated figures read (`calibration.apply.calibrated_features`);
+    #: None: every feature is read
+    calibrated_features: Mapping[str, frozenset[str]] | None = None
     client: ModelClient = field(init=False)
 
     def __post_init__(self) -> None:

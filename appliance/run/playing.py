@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Protocol
 
-from appliance.calibration.apply import calibrated_scores
+from appliance.calibration.apply import calibrated_features, calibrated_scores
 from appliance.catalog.models import Catalog
 from appliance.engine.backend import BackendCounters
 from appliance.episodes.client import EpisodeFailed
@@ -93,6 +93,7 @@ class EpisodePlayer:
             table=planned.table,
             exclude_self_judging=config.exclude_self_judging,
             likelihood_template=config.panel.likelihood_template_or_none,
+            calibrated_features=calibrated_features(planned.family, self.calibrations),
             force_greedy=config.greedy,
             unsafe_code_execution=config.unsafe_code_execution,
             max_turns=turns_for(config, planned.family),

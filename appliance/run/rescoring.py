@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from appliance.calibration.apply import calibrated_scores, pick_calibrations
+from appliance.calibration.apply import calibrated_features, calibrated_scores, pick_calibrations
 from appliance.catalog.models import Catalog
 from appliance.catalog.panels import Panel
 from appliance.engine.factory import open_backend
@@ -107,6 +107,7 @@ def rescore_run(
             messages=list(episode.messages),
             exclude_self_judging=config.exclude_self_judging,
             likelihood_template=panel.likelihood_template_or_none,
+            calibrated_features=calibrated_features(episode.family, calibrations),
             seed_key=EpisodeKey(run_id, episode.family.name, episode.instance.id, label).seed_key,
         )
         await episode.family.judge(ctx, episode.instance, list(panel.judges), panel.name)

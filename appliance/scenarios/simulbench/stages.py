@@ -463,7 +463,8 @@ class CompareStage(_Stage, JudgedFamily):
         one judgment row per feature (None, and one unparsed row, when not even the last request fits)."""
 
         async def read(variables: dict[str, str]) -> dict[str, float]:
-            return await pair_reading(ctx.client, self.reading, variables, judge, f"pair-{judge}")
+            needed = None if ctx.calibrated_features is None else ctx.calibrated_features.get(judge)
+            return await pair_reading(ctx.client, self.reading, variables, judge, f"pair-{judge}", needed)
 
         features, failure = await first_that_fits(read, shown[0], shown[1:])
         finite = {k: v for k, v in (features or {}).items() if math.isfinite(v)} or None
