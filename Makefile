@@ -176,7 +176,8 @@ calibrations: install
 
 # The large panel's shipped calibrations (the 1.5B beside the embedded judges; docs/judging.md): the
 # four sets of the default panel with their curves, about 2 hours each for FED turns and USR on 2 cores
-# (3.5 FED items a minute), 35 minutes for FED dialogues, 85 for DSTC9's 300; minutes on a GPU.
+# (3.5 FED items a minute), 35 minutes for FED dialogues, 85 for DSTC9's 300, 75 for PandaLM's 300 pairs
+# (the 1.5B's reads; the embedded judges' take 45 more where the store lacks them); minutes on a GPU.
 calibrations-large: models
 	mkdir -p out
 	$(BIN)/appliance labels import $(LABELS)/fed/fed_data.json --format fed --db out/large.duckdb
@@ -187,6 +188,8 @@ calibrations-large: models
 	$(BIN)/appliance labels import $(LABELS)/dstc9_interactive --format dstc9 --db out/large.duckdb
 	$(BIN)/appliance calibrate --panel large --labels dstc9-interactive --criterion "human (overall)" --limit 300 --template dialogue_followups --curve --ship --db out/large.duckdb
 	$(BIN)/appliance calibrate --panel qwen-0.5b-likelihood --labels fed-turn --criterion Overall --curve --ship --db out/large.duckdb
+	$(BIN)/appliance labels import $(LABELS)/pandalm/testset-v1.json --format pandalm --db out/large.duckdb
+	$(BIN)/appliance calibrate --panel large --labels pandalm --limit 300 --ship --db out/large.duckdb
 
 # Retrain the committed LoRA fine-tune (adapters/smollm2-taboo/checkpoint-{5,10,20}) on the CPU: seeded,
 # about 3.5 minutes on 2 cores; the weights come out byte-identical on the same machine and versions.
