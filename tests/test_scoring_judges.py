@@ -942,3 +942,24 @@ def test_a_pair_read_for_preference_and_length_alone_gives_the_full_reads_number
     assert short["tokens"] == full["tokens"] > 0
     assert short["preference"] == pytest.approx(full["preference"], abs=1e-3)
     assert short["position_lean"] == pytest.approx(full["position_lean"], abs=1e-3)
+
+
+@pytest.mark.parametrize("panel_name", ["default", "large"])
+def test_both_shipped_pairwise_calibrations_apply_to_their_panel_and_read_the_short_way(panel_name: str) -> None:
+    """`default` and `large` each ship a PandaLM calibration of `instruction_likelihood` for their own judges,
+    current with the template, and it reads only what a short pair read gives (so runs ask two requests)."""
+    from appliance.calibration.apply import shipped_calibrations, template_fingerprint
+    from appliance.calibration.features import PairFeatureCalibration
+    from appliance.calibration.models import calibration_from_json
+    from appliance.judging.scoring import SHORT_READ_FEATURES
+
+    panel = load_panels(REPO / "judges" / "panels.toml")[panel_name]
+    (record,) = [r for r in shipped_calibrations(REPO / "judges", panel, "instruction_likelihood")]
+    assert (record.label_set, record.criterion) == ("pandalm", "preference")
+    assert record.model["template_fingerprint"] == template_fingerprint(REPO / "judges", "instruction_likelihood")
+    calibration = calibration_from_json(record.model)
+    assert isinstance(calibration, PairFeatureCalibration)
+    needed = calibration.features_by_judge()
+    assert set(needed) == set(panel.judges) and all(set(names) <= SHORT_READ_FEATURES for names in needed.values())
+    held_out, length = record.metrics["panel_calibrated"], record.metrics["length_baseline"]
+    assert held_out["agreement"]["value"] > length["agreement"]["value"] and held_out["kappa"]["ci"][0] > 0
