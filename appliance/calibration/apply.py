@@ -138,6 +138,17 @@ def stale_calibrations(store: Store, panel: Panel, template: str, folder: Path |
     return sorted({r.calibration_id for r in found if r.model.get("template_fingerprint") not in (None, fingerprint)})
 
 
+def stage_calibrations(
+    stage: ScenarioFamily, calibrations: Mapping[str, CalibrationRecord]
+) -> dict[str, CalibrationRecord | None] | None:
+    """Each of the stage's calibrated metrics with the calibration it gets (None: none); None for a
+    stage that has no calibrated metric."""
+    if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
+        return None
+    metrics = dict.fromkeys((stage.calibrated_metric, *stage.likelihood_targets))
+    return {metric: calibrations.get(calibration_key(stage, metric)) for metric in metrics}
+
+
 def calibrated_scores(
     stage: ScenarioFamily,
     scores: list[ScoreRecord],
@@ -145,10 +156,7 @@ def calibrated_scores(
     calibrations: Mapping[str, CalibrationRecord],
 ) -> list[ScoreRecord]:
     """An episode's scores with the calibrated value added to each calibrated metric, where one applies."""
-    if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
-        return scores
-    for metric in dict.fromkeys((stage.calibrated_metric, *stage.likelihood_targets)):
-        calibration = calibrations.get(calibration_key(stage, metric))
+    for metric, calibration in (stage_calibrations(stage, calibrations) or {}).items():
         if calibration is not None:
             scores = apply_calibration(scores, judgments, calibration, metric)
     return scores
@@ -160,11 +168,11 @@ def calibrated_features(
     """Per judge, the features the calibrations of every one of the stage's calibrated metrics read; None
     where one of them has no feature calibration (then a judge reads every feature, for whatever maps it
     later). A stage may read just these: what else it reads reaches no calibrated figure."""
-    if not isinstance(stage, JudgedFamily) or not stage.calibrated_metric:
+    records = stage_calibrations(stage, calibrations)
+    if not records:
         return None
     needed: dict[str, set[str]] = {}
-    for metric in dict.fromkeys((stage.calibrated_metric, *stage.likelihood_targets)):
-        record = calibrations.get(calibration_key(stage, metric))
+    for record in records.values():
         calibration = None if record is None else calibration_from_json(record.model)
         if not isinstance(calibration, FeaturePanel | PairFeatureCalibration):
             return None
