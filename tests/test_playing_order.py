@@ -22,6 +22,7 @@ from appliance.run.planning import RunRequest, plan_run, quick_suite_note
 from appliance.run.runner import Runner, RunSummary
 from appliance.run_config import RunConfig
 from appliance.scenarios import load_family
+from appliance.scenarios.registry import QUICK_REPLY_TOKENS
 from appliance.scenarios.registry import families as registered_families
 from appliance.store import EpisodeRecord, Store
 from tests.fakes import REPO, Reply, scripted_factory, seed_echo
@@ -111,48 +112,59 @@ def test_the_longest_chain_starts_first_whatever_the_order_given(tmp_path: Path)
     assert {record.scenario for record in stored} == {"simulbench", "pingpong"}
 
 
-def test_a_reply_cap_bounds_every_request_of_its_family_and_no_other(tmp_path: Path) -> None:
-    """The quick suite's reply cap: SimulBench's simulator and players ask for 1024 tokens and are served
-    at most the cap; PingPong, which has no cap, asks for what it asks."""
-    asked: dict[str, list[int]] = {}
+def test_a_reply_cap_bounds_every_reply_of_its_family_and_no_verdict(tmp_path: Path) -> None:
+    """The quick suite's reply cap: SimulBench's simulator, user agent and players ask for up to 1024 tokens
+    and are served at most the cap; its judges' verdicts (the `smollm2` panel samples them) keep their
+    templates' budgets, and PingPong, which has no cap here, asks for what it asks."""
+    asked: dict[tuple[str, str], list[int]] = {}
 
     def recording(model: str, request: GenerationRequest) -> str:
-        family = str(request.conversation_key).split(":")[1]  # run:scenario:instance:player/role/model
-        asked.setdefault(family, []).append(request.sampling.max_tokens)
+        key = str(request.conversation_key)  # run:scenario:instance:player/seat/model
+        family, seat = key.split(":")[1], key.split("/")[-2]
+        kind = "verdict" if seat.startswith("judge") else "reply"
+        asked.setdefault((family, kind), []).append(request.sampling.max_tokens)
         return seed_echo(model, request)
 
     summary, _ = _play(tmp_path, _one_at_a_time(["simulbench", "pingpong"], reply_caps={"simulbench": 48}), recording)
     assert summary.episodes_failed == 0
-    assert max(asked["simulbench"]) == 48 and min(asked["simulbench"]) <= 48
-    assert max(asked["pingpong"]) > 48
+    assert max(asked["simulbench", "reply"]) == 48
+    assert max(asked["simulbench", "verdict"]) > 48
+    assert max(asked["pingpong", "reply"]) > 48
 
 
-def test_the_quick_suite_caps_simulbench_replies_and_says_so() -> None:
+def test_the_quick_suite_caps_every_familys_replies_and_says_so() -> None:
     catalog = load_catalog(REPO / "models.toml")
     config = plan_run(RunRequest(), catalog, registered_families())
-    assert config.quick and config.reply_caps == {"simulbench": 128}
-    assert "replies capped: simulbench 128 tokens" in quick_suite_note(config, registered_families())
+    names = [entry.name for entry in registered_families()]
+    assert config.quick and config.reply_caps == dict.fromkeys(names, QUICK_REPLY_TOKENS)
+    assert f"replies capped at {QUICK_REPLY_TOKENS} tokens: {', '.join(names)}." in quick_suite_note(
+        config, registered_families()
+    )
     named = plan_run(RunRequest(scenarios=["simulbench"]), catalog, registered_families())
     assert named.reply_caps == {}
 
 
-def test_a_reply_cap_stops_the_real_model_at_the_cap(smollm2: LlamaCppBackend) -> None:
-    """SmolLM2, greedy, asked for 64 tokens of a story it would go on with: served 6, cut by length."""
+def test_a_reply_cap_stops_the_real_model_at_the_cap_and_leaves_a_verdict_whole(smollm2: LlamaCppBackend) -> None:
+    """SmolLM2, greedy, asked for 64 tokens of a story it would go on with: served 6, cut by length. The
+    same request as a judge's is served 12 of 12: the cap is on replies, not on the instrument's verdicts."""
     catalog = load_catalog(REPO / "models.toml")
     ctx = EpisodeContext(
         episode_id="cap",
         seed=0,
         scheduler=Scheduler({"smollm2-135m": smollm2}),
-        roles={"player": bind_role(catalog, "smollm2-135m", "player")},
+        roles={role: bind_role(catalog, "smollm2-135m", role) for role in ("player", "judge")},
         max_reply_tokens=6,
     )
     ask = [Message(role="user", content="Tell me a long story about a lighthouse keeper.")]
 
-    async def reply() -> Completion:
-        task = asyncio.ensure_future(ctx.generate("player", ask, sampling=Sampling(temperature=0.0, max_tokens=64)))
+    async def reply(role: str, max_tokens: int) -> Completion:
+        sampling = Sampling(temperature=0.0, max_tokens=max_tokens)
+        task = asyncio.ensure_future(ctx.generate(role, ask, sampling=sampling))
         await ctx.scheduler.drive(task)
         return task.result()
 
-    completion = asyncio.run(reply())
+    completion = asyncio.run(reply("player", 64))
     assert (completion.completion_tokens, completion.finish_reason) == (6, "length")
     assert ctx.messages[-1].completion_tokens == 6
+    verdict = asyncio.run(reply("judge", 12))
+    assert (verdict.completion_tokens, verdict.finish_reason) == (12, "length")

@@ -65,7 +65,8 @@ class ModelClient:
     #: what request seeds derive from besides `seed` (default: `key`): an episode's identity without
     #: the run id, so two runs with the same seed sample the same
     seed_key: str = ""
-    #: no reply longer than this many tokens, whatever the method asks (the quick suite's cap)
+    #: no reply longer than this many tokens, whatever the method asks (the quick suite's cap); a judge's
+    #: verdict is the instrument's reading, not a reply, and keeps the method's cap
     max_reply_tokens: int | None = None
     _request_count: int = 0
 
@@ -105,7 +106,7 @@ class ModelClient:
         greedy = Sampling(temperature=0.0) if self.force_greedy else None
         layers = (binding.model_sampling, sampling, binding.role_override, greedy)
         resolved = ResolvedSampling.from_layers(seed_layer, *judge_clean_layers(role, *layers))
-        if self.max_reply_tokens is not None and resolved.max_tokens > self.max_reply_tokens:
+        if self.max_reply_tokens is not None and role != JUDGE_ROLE and resolved.max_tokens > self.max_reply_tokens:
             resolved = resolved.model_copy(update={"max_tokens": self.max_reply_tokens})
         request = GenerationRequest(
             messages=tuple(messages),

@@ -137,7 +137,10 @@ def quick_suite_note(config: RunConfig, families: Sequence[FamilyEntry[Any]]) ->
     units = {entry.name: entry.limit_unit for entry in families}
     shown = ", ".join(f"{name} {count} {units.get(name, 'instances')}" for name, count in config.limits.items())
     capped = ", ".join(f"{name} {count}" for name, count in config.turn_caps.items()) or "none"
-    replies = "".join(f"; replies capped: {name} {count} tokens" for name, count in config.reply_caps.items())
+    by_cap: dict[int, list[str]] = {}
+    for name, count in config.reply_caps.items():
+        by_cap.setdefault(count, []).append(name)
+    replies = "".join(f"; replies capped at {count} tokens: {', '.join(names)}" for count, names in by_cap.items())
     return (
         f"Quick suite, shortened: {shown}; turns (rounds) capped: {capped}{replies}. "
         "Name --scenario, --limit, --turns or --all for the methods' own sizes."

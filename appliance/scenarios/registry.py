@@ -35,6 +35,10 @@ from appliance.util.plugins import Registry, import_submodules
 ReportT = TypeVar("ReportT", bound=BaseModel)
 ENTRY_POINT_GROUP = "appliance.families"
 PLUGINS_VARIABLE = "APPLIANCE_FAMILIES"
+#: the quick suite's cap on every reply a player, partner or game role writes. The small models' greedy
+#: replies loop to the methods' caps (SimulBench's 1,024 tokens, DeepEval's 256-token code, clembench's
+#: caps sized for the longest expected reply in Japanese), and those loops were most of make run's tail
+QUICK_REPLY_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,9 @@ class FamilyEntry(Generic[ReportT]):
     default_limit: int | None = None
     #: a cap on conversation turns (rounds) in the quick suite, where the family has turns
     quick_turns: int | None = None
-    #: a cap on every reply's tokens in the quick suite, where the method's own caps make it long
-    quick_reply_tokens: int | None = None
+    #: a cap on every reply's tokens in the quick suite (None: the method's own caps); judges' verdicts are
+    #: not replies and keep the method's caps
+    quick_reply_tokens: int | None = QUICK_REPLY_TOKENS
     importers: tuple[Importer, ...] = ()
     #: families whose instances are generated from a seed (clembench) store or write a fresh set
     generate: Callable[[GenerateRequest], list[str]] | None = None

@@ -57,7 +57,6 @@ ENTRY = register_family(
         render=print_simulbench_report,
         quick_limit=1,
         quick_turns=2,
-        quick_reply_tokens=128,  # the paper's 1024-token replies, looped to the cap by the small models
         importers=(
             Importer(
                 kind="simulbench-tasks",
