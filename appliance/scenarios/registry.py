@@ -37,7 +37,8 @@ ENTRY_POINT_GROUP = "appliance.families"
 PLUGINS_VARIABLE = "APPLIANCE_FAMILIES"
 #: the quick suite's cap on every reply a player, partner or game role writes. The small models' greedy
 #: replies loop to the methods' caps (SimulBench's 1,024 tokens, DeepEval's 256-token code, clembench's
-#: caps sized for the longest expected reply in Japanese), and those loops were most of make run's tail
+#: caps sized for the longest expected reply: over 390 SmolLM2 tokens in Japanese and Chinese), and those
+#: loops were most of make run's tail
 QUICK_REPLY_TOKENS = 128
 
 
